@@ -3,7 +3,9 @@
 Both sides take one optimizer step (AdamW) of the token-level clipped GRPO loss (Eq. 15,
 eps 0.2 / 0.28, loss only on generated tokens, normalized by their global count) on the same
 ~50M-parameter Qwen3 (`bench_50m`), the same [R, S] batch of packed rows, fp32.
-- carr_jax: `carr_jax.train_step.make_train_step` (chunked log-probs, scanned micro-batches).
+- carr_jax: `carr_jax.train_step.make_train_step` (chunked log-probs, scanned micro-batches),
+  with logits at every slot ("jax") and only at the loss slots ("jax_gather",
+  `batch.loss_positions_multiple` 128, the trainer's default path).
 - peer: transformers' Qwen3ForCausalLM + the same loss written in torch the way TRL's GRPO
   trainer computes it (per-token log-probs from full logits, `torch.clamp` clip, masked
   token mean), `torch.optim.AdamW`.
@@ -11,6 +13,7 @@ Also reports our step's FLOPs (XLA cost analysis) as a fraction of this machine'
 fp32 matmul FLOP/s (a 2048^3 jnp.dot, best of 5).
 
     .venv/bin/python benchmarks/bench_train_step.py [--rows 4 --seq 512 --steps 3]
+        [--gen_fraction 0.7]   # share of slots with loss; agent episodes: mostly observations
 """
 from __future__ import annotations
 
@@ -21,13 +24,14 @@ import time
 
 import numpy as np
 
-from common import REPO, hf_qwen3, peak_mb, print_comparison, rss_mb, run_sides
+from common import (REPO, hf_qwen3, peak_mb, print_comparison, print_ratio, rss_mb,
+                    run_sides)
 
 
-def make_batch(rows, seq, vocab, seed=0):
+def make_batch(rows, seq, vocab, gen_fraction, seed=0):
   rng = np.random.default_rng(seed)
   tokens = rng.integers(0, vocab, (rows, seq)).astype(np.int32)
-  mask = (rng.random((rows, seq)) < 0.7).astype(np.float32)
+  mask = (rng.random((rows, seq)) < gen_fraction).astype(np.float32)
   mask[:, :32] = 0  # a prompt
   adv = np.repeat(rng.standard_normal((rows, 1)), seq, axis=1).astype(np.float32)
   old = (-rng.random((rows, seq)) * 8).astype(np.float32)
@@ -51,22 +55,25 @@ def _timed(fn) -> float:
   return time.perf_counter() - t
 
 
-def run_jax(args) -> dict:
+def run_jax(args, gather: bool) -> dict:
   sys.path.insert(0, REPO)
   import jax
   from carr_jax import loss as loss_lib
+  from carr_jax import packing
   from carr_jax import sharding
   from carr_jax import train_step as ts
   from carr_jax.model_config import get_preset
   cfg = get_preset("bench_50m")
-  tokens, mask, adv, old = make_batch(args.rows, args.seq, cfg.vocab_size)
+  tokens, mask, adv, old = make_batch(args.rows, args.seq, cfg.vocab_size, args.gen_fraction)
   batch = {"tokens": tokens, "positions": np.tile(np.arange(args.seq), (args.rows, 1)),
            "segment_ids": np.ones_like(tokens), "targets": np.roll(tokens, -1, axis=1),
            "loss_mask": mask, "advantages": adv, "old_logprobs": old, "rollout_logprobs": old}
+  if gather:
+    batch["loss_index"], batch["loss_valid"] = packing.loss_positions(mask > 0, 128)
   mesh = sharding.make_mesh({"data": 1})
   tx = ts.make_optimizer(ts.OptimConfig(learning_rate=1e-6))
   state, shardings = ts.create_train_state(cfg, tx, mesh, seed=0)
-  step_cfg = ts.StepConfig(micro_batches=1, logprob_chunk=args.chunk)
+  step_cfg = ts.StepConfig(micro_batches=1, logprob_chunk=args.chunk, loss_positions=gather)
   step = ts.make_train_step(cfg, loss_lib.LossConfig(), step_cfg, tx, mesh, shardings)
   fn = ts.train_step_fn(cfg, loss_lib.LossConfig(), step_cfg, tx)
   flops = jax.jit(fn).lower(state, batch).compile().cost_analysis().get("flops", 0.0)
@@ -80,7 +87,8 @@ def run_jax(args) -> dict:
     times.append(time.perf_counter() - t)
   dt = float(np.median(times))
   peak = matmul_flops_per_s()
-  return {"impl": f"carr_jax train_step (jax {jax.__version__})",
+  where = "loss slots only" if gather else "every slot"
+  return {"impl": f"carr_jax train_step, logits at {where} (jax {jax.__version__})",
           "tokens_per_s": args.rows * args.seq / dt, "step_s": dt, "flops": flops,
           "achieved_flops_per_s": flops / dt, "machine_matmul_flops_per_s": peak,
           "peak_step_mb": peak_mb() - base}
@@ -90,8 +98,8 @@ def run_torch(args) -> dict:
   import torch
   import transformers
   model, c = hf_qwen3("bench_50m")
-  tokens, mask, adv, old = (torch.from_numpy(x) for x in make_batch(args.rows, args.seq,
-                                                                    c.vocab_size))
+  tokens, mask, adv, old = (torch.from_numpy(x) for x in make_batch(
+      args.rows, args.seq, c.vocab_size, args.gen_fraction))
   tokens = tokens.long()
   opt = torch.optim.AdamW(model.parameters(), lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1)
 
@@ -121,13 +129,18 @@ def main() -> None:
   parser.add_argument("--seq", type=int, default=512)
   parser.add_argument("--chunk", type=int, default=512)
   parser.add_argument("--steps", type=int, default=3)
-  parser.add_argument("--side", choices=["jax", "torch"], help=argparse.SUPPRESS)
+  parser.add_argument("--gen_fraction", type=float, default=0.7)
+  parser.add_argument("--side", choices=["jax", "jax_gather", "torch"], help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.side:
-    print(json.dumps((run_jax if args.side == "jax" else run_torch)(args)))
+    result = (run_torch(args) if args.side == "torch"
+              else run_jax(args, gather=args.side == "jax_gather"))
+    print(json.dumps(result))
     return
-  results = run_sides(__file__, ["jax", "torch"], sys.argv[1:])
+  results = run_sides(__file__, ["jax", "jax_gather", "torch"], sys.argv[1:])
   print_comparison(results)
+  print_ratio(results, "jax_gather", "torch")
+  print_ratio(results, "jax_gather", "jax")
   j = results["jax"]
   print(f"carr_jax step: {j['flops'] / 1e9:.1f} GFLOP, {j['achieved_flops_per_s'] / 1e9:.1f} "
         f"GFLOP/s = {j['achieved_flops_per_s'] / j['machine_matmul_flops_per_s']:.1%} of the "

@@ -40,8 +40,13 @@ def print_comparison(results: dict[str, dict], ours: str = "jax", peer: str = "t
   for r in results.values():
     print(f"{r['impl']:<60} {r['tokens_per_s']:8.0f} tok/s  step {r['step_s']:.2f} s  "
           f"peak +{r['peak_step_mb']:.0f} MB")
+  print_ratio(results, ours, peer)
+
+
+def print_ratio(results: dict[str, dict], ours: str, peer: str) -> None:
   a, b = results[ours], results[peer]
-  print(f"ratio carr_jax / peer: throughput {a['tokens_per_s'] / b['tokens_per_s']:.2f}x, "
+  label = "carr_jax / peer" if (ours, peer) == ("jax", "torch") else f"{ours} / {peer}"
+  print(f"ratio {label}: throughput {a['tokens_per_s'] / b['tokens_per_s']:.2f}x, "
         f"peak step memory {a['peak_step_mb'] / b['peak_step_mb']:.2f}x")
 
 

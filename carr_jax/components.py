@@ -53,7 +53,8 @@ def loss_config(config: Any) -> loss_lib.LossConfig:
 def step_config(config: Any) -> ts.StepConfig:
   return ts.StepConfig(micro_batches=config.batch.micro_batches,
                        temperature=config.rollout.temperature or 1.0,
-                       logprob_chunk=config.batch.logprob_chunk)
+                       logprob_chunk=config.batch.logprob_chunk,
+                       loss_positions=config.batch.loss_positions_multiple > 0)
 
 
 def reward_config(config: Any) -> rewards.RewardConfig:

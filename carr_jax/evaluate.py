@@ -34,9 +34,9 @@ Resuming: rerun the same command. Graded questions are read back and neither rol
 judged again; a line torn by a kill is dropped and its question redone. `--retry_failed`
 also redoes questions that have an engine-failed sample.
 
-Well-formed turns: a turn is ill-formed when the agent loop could not use it (unparsable,
-bad tool arguments, cut off without a stop token); `well_formed_tool_call_rate` = turns with
-well-formed tool calls / all turns, `well_formed_turn_rate` adds the final answers.
+Well-formed turns (`carr_jax.step_stats.turn_stats`, also logged by the RL trainer):
+`well_formed_tool_call_rate` = turns with well-formed tool calls / all turns,
+`well_formed_turn_rate` = 1 - ill-formed turns / all turns (final answers count as well-formed).
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from carr_jax import data as data_lib
-from carr_jax.step_stats import STATUSES, TOOL_KINDS
+from carr_jax.step_stats import STATUSES, TOOL_KINDS, turn_stats
 
 logger = logging.getLogger(__name__)
 
@@ -86,22 +86,6 @@ def load_eval_records(path: str) -> list[dict]:
 
 
 # ------------------------------------------------------------------ per-sample statistics
-
-
-def turn_stats(traj: Mapping) -> dict[str, int]:
-  """Turns of an episode, how many were well-formed tool calls, how many were ill-formed."""
-  assistant = [m for m in traj.get("history", []) if m.get("role") == "assistant"]
-  with_calls = sum(bool(m.get("tool_calls")) for m in assistant)
-  errors = list(traj.get("format_errors") or [])  # fed-back ill-formed turns (continue mode)
-  bad_args = errors.count("bad_arguments")
-  last = traj["history"][-1] if traj.get("history") else {}
-  final_bad = traj["status"] == "ill_formed" or (
-      traj["status"] == "truncated" and last.get("role") == "assistant"
-      and not last.get("tool_calls"))  # a turn cut off without a stop token
-  if traj["status"] == "ill_formed" and traj.get("error_kind") == "bad_arguments":
-    bad_args += 1
-  return {"turns": len(assistant), "tool_call_turns": with_calls - bad_args,
-          "ill_formed_turns": len(errors) + int(final_bad)}
 
 
 def citation_stats(history: Sequence[Mapping]) -> dict[str, int]:

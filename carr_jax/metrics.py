@@ -43,6 +43,7 @@ REDACTED = "<redacted>"
 # Shown by `format_summary` when present; the short name is the key without its prefix.
 SUMMARY_KEYS = (
     "train/loss", "train/grad_norm", "rollout/reward_mean", "judge/rubric_reward_mean",
+    "rollout/tool_calls", "rollout/well_formed_tool_call_rate",
     "judge/failed_calls", "rollout/failed", "perf/step_time_s",
 )
 

@@ -30,9 +30,16 @@ it; `overflow="truncate"` keeps its first max S + 1 tokens (the prompt and the s
 episode; the tail is not trained on) and counts it in `PackedBatch.num_truncated`.
 Trajectories with fewer than 2 tokens have nothing to predict and take no slot.
 
+Loss positions (`loss_positions`): for each row, the slots with loss mask 1, as an index
+[R, K] plus a validity mask. The train steps build logits only there (the unembedding is most
+of the cost at the slots of prompts and tool observations, which carry no loss). K is the
+largest per-row count rounded up to a multiple of `multiple`, the number of multiples rounded
+up like `coarse_rows` (at most 3 significant bits), capped at S: O(log S) shapes per S.
+
 Usage:
     batch = pack_trajectories(records, advantages, PackingConfig(row_multiple=8))
     batch.arrays()  # dict of [R, S] arrays for the train step; batch.stats() for logging
+    index, valid = loss_positions(batch.loss_mask, multiple=256)  # [R, K] each
 """
 from __future__ import annotations
 
@@ -215,3 +222,22 @@ def _empty(rows: int, s: int, pad_id: int) -> dict[str, np.ndarray]:
       "positions": np.zeros((rows, s), np.int32),
       "trajectory_index": np.full((rows, s), -1, np.int32),
   }
+
+
+def loss_positions(loss_mask: np.ndarray, multiple: int) -> tuple[np.ndarray, np.ndarray]:
+  """Slots of each row with loss mask 1: (index [R, K] int32, valid [R, K] float32).
+
+  Padding entries have index 0 and valid 0. K: see the module docstring.
+  """
+  if multiple < 1:
+    raise ValueError(f"loss positions multiple must be >= 1, got {multiple}")
+  rows, s = loss_mask.shape
+  counts = loss_mask.sum(axis=1)
+  k = min(coarse_count(max(-(-int(counts.max(initial=0)) // multiple), 1)) * multiple, s)
+  index = np.zeros((rows, k), np.int32)
+  valid = np.zeros((rows, k), np.float32)
+  for r in range(rows):
+    where = np.flatnonzero(loss_mask[r])
+    index[r, :len(where)] = where
+    valid[r, :len(where)] = 1.0
+  return index, valid

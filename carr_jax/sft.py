@@ -12,7 +12,7 @@ solves the training questions of `config.data` (the synthetic world) in-process.
 Objective: token-mean cross-entropy over the tokens the policy generates (loss mask 1, the
 RL mask semantics), normalized by the number of such tokens in the WHOLE global batch, like
 the C-GRPO loss (so micro-batches and devices change nothing; tests/test_sft.py). Logits are
-built only at the loss positions (`sft_data.loss_positions`): the hidden states of those
+built only at the loss positions (`packing.loss_positions`, `batch.loss_positions_multiple`): the hidden states of those
 positions are gathered and fed to `carr_jax.loss.chunked_token_logprobs`, which is the whole
 unembedding saving for trajectories where most tokens are tool observations.
 
@@ -118,12 +118,16 @@ def make_sft_step(cfg: Qwen3Config, step_cfg: SFTStepConfig, tx, mesh, shardings
 
 def make_batch(examples, pack_cfg: packing.PackingConfig,
                loss_multiple: int = 128) -> tuple[dict, dict]:
-  """Packs examples into [R, S] rows plus loss positions. Returns (batch, packing stats)."""
+  """Packs examples into [R, S] rows plus loss positions. Returns (batch, packing stats).
+
+  `loss_multiple` 0 means K = S (still only the loss slots, padded to the row length).
+  """
   records = [{"token_ids": e["token_ids"], "loss_mask": e["loss_mask"],
               "rollout_logprobs": [0.0] * len(e["token_ids"])} for e in examples]
   packed = packing.pack_trajectories(records, np.ones(len(records)), pack_cfg)
   arrays = packed.arrays()
-  index, valid = sft_data.loss_positions(arrays["loss_mask"], loss_multiple)
+  index, valid = packing.loss_positions(arrays["loss_mask"],
+                                        loss_multiple or arrays["loss_mask"].shape[1])
   batch = {k: arrays[k] for k in ("tokens", "positions", "segment_ids", "targets")}
   batch.update(loss_index=index, loss_valid=valid)
   return batch, packed.stats()
@@ -211,7 +215,7 @@ class SFTTrainer:
     for step in range(self.start_step, self.num_steps):
       t0 = time.perf_counter()
       batch, stats = make_batch(self.loader.next(), self.pack_cfg,
-                                self.config.sft.loss_positions_multiple)
+                                self.config.batch.loss_positions_multiple)
       self.state, out = self.step(self.state, batch)
       metrics = {f"train/{k}": float(v) for k, v in jax.device_get(out).items()}
       metrics_lib.check_finite(metrics, step + 1, ["train/loss", "train/grad_norm"])

@@ -42,8 +42,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rollout import chat
 from rollout.tools.schemas import tool_schemas
 
@@ -194,22 +192,3 @@ def load_examples(path: str | Path, fmt: chat.ChatFormat, *, min_outcome: float 
       elif sum(ex["loss_mask"]):
         examples.append(ex)
   return examples, skipped
-
-
-def loss_positions(loss_mask: np.ndarray, multiple: int = 128) -> tuple[np.ndarray, np.ndarray]:
-  """Where each packed row has a loss token: (index [R, K] int32, valid [R, K] float32).
-
-  K is the largest per-row count rounded up to a multiple of `multiple` (at most S), so a run
-  compiles a few shapes. The SFT step builds logits only at these K positions: the
-  unembedding is most of a small model's cost, and only assistant tokens carry loss.
-  """
-  rows, s = loss_mask.shape
-  counts = loss_mask.sum(axis=1)
-  k = min(max(-(-int(counts.max(initial=0)) // multiple), 1) * multiple, s)
-  index = np.zeros((rows, k), np.int32)
-  valid = np.zeros((rows, k), np.float32)
-  for r in range(rows):
-    where = np.flatnonzero(loss_mask[r])
-    index[r, :len(where)] = where
-    valid[r, :len(where)] = 1.0
-  return index, valid

@@ -6,7 +6,7 @@ TensorBoard (`rollout/`, `judge/`, `train/` keys) and prints a few in the step s
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -19,8 +19,29 @@ def _mean(values) -> float:
   return float(np.mean(values)) if values else 0.0
 
 
+def turn_stats(traj: Mapping) -> dict[str, int]:
+  """Assistant turns of an episode, how many were well-formed tool calls, how many ill-formed.
+
+  A turn is ill-formed when the agent loop could not use it: unparsable, bad tool arguments
+  (fed back in continue mode: `format_errors`; or the episode's last turn: status
+  ill_formed), or cut off without a stop token (status truncated on an assistant message).
+  """
+  assistant = [m for m in traj.get("history", []) if m.get("role") == "assistant"]
+  with_calls = sum(bool(m.get("tool_calls")) for m in assistant)
+  errors = list(traj.get("format_errors") or [])
+  bad_args = errors.count("bad_arguments")
+  last = traj["history"][-1] if traj.get("history") else {}
+  final_bad = traj["status"] == "ill_formed" or (
+      traj["status"] == "truncated" and last.get("role") == "assistant"
+      and not last.get("tool_calls"))
+  if traj["status"] == "ill_formed" and traj.get("error_kind") == "bad_arguments":
+    bad_args += 1
+  return {"turns": len(assistant), "tool_call_turns": with_calls - bad_args,
+          "ill_formed_turns": len(errors) + int(final_bad)}
+
+
 def rollout_metrics(trajectories: Sequence[dict], prefix: str = "rollout/") -> dict:
-  """Status rates, tool calls per episode by kind, lengths."""
+  """Status rates, tool calls per episode by kind, well-formed turn rates, lengths."""
   n = max(len(trajectories), 1)
   out = {f"{prefix}{s}_rate": sum(t["status"] == s for t in trajectories) / n for s in STATUSES}
   out[f"{prefix}failed"] = float(sum(t["status"] == "failed" for t in trajectories))
@@ -28,6 +49,12 @@ def rollout_metrics(trajectories: Sequence[dict], prefix: str = "rollout/") -> d
     out[f"{prefix}tool_calls_{kind}"] = _mean(
         t.get("num_tool_calls", {}).get(kind, 0) for t in trajectories)
   out[f"{prefix}tool_calls"] = sum(out[f"{prefix}tool_calls_{k}"] for k in TOOL_KINDS)
+  turns = [turn_stats(t) for t in trajectories]
+  total = max(sum(s["turns"] for s in turns), 1)
+  out[f"{prefix}turns"] = _mean(s["turns"] for s in turns)
+  # carr_jax.evaluate reports the same two rates for a benchmark run.
+  out[f"{prefix}well_formed_tool_call_rate"] = sum(s["tool_call_turns"] for s in turns) / total
+  out[f"{prefix}well_formed_turn_rate"] = 1.0 - sum(s["ill_formed_turns"] for s in turns) / total
   ok = [t for t in trajectories if t["status"] != "failed"]
   out[f"{prefix}context_tokens"] = _mean(len(t["token_ids"]) for t in ok)
   out[f"{prefix}response_tokens"] = _mean(sum(t["loss_mask"]) for t in ok)

@@ -185,6 +185,10 @@ class Trainer:
     metrics.update({f"train/packing_{k}": float(v) for k, v in packed.stats().items()})
     batch = packed.arrays()
     batch["loss_mask"] = batch["loss_mask"].astype(np.float32)
+    if self.step_cfg.loss_positions:
+      batch["loss_index"], batch["loss_valid"] = packing.loss_positions(
+          packed.loss_mask, self.config.batch.loss_positions_multiple)
+      metrics["train/packing_loss_positions"] = float(batch["loss_index"].shape[1])
     return batch, metrics
 
   def update(self, batch):

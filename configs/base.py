@@ -110,6 +110,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.batch.row_lengths = (8192, 16384, 32768, 65536)  # packed row lengths (compile buckets)
   c.batch.micro_batches = 1  # gradient-accumulation slices per step
   c.batch.logprob_chunk = 1024  # sequence chunk of the fused unembed + log-softmax
+  # Logits only at the slots with loss (generated tokens), gathered per row into a [R, K]
+  # index with K a multiple of this (coarsely bucketed: few compiled shapes); 0 = logits at
+  # every slot (RL only; SFT always gathers). carr_jax.packing.loss_positions.
+  c.batch.loss_positions_multiple = 1024
   c.batch.overflow = "truncate"  # longer than the longest row: "truncate" | "error"
 
   c.train = ml_collections.ConfigDict()

@@ -36,6 +36,7 @@ def paper_settings(c, preset: str):
   c.loss.importance_sampling = "icepop"
   c.optim.learning_rate = 2e-6
   c.batch.row_lengths = (16384, 32768, 65536)
+  c.batch.loss_positions_multiple = 4096  # at most 12 K shapes per row length
   c.train.num_steps = 420  # 3 epochs of 2,234 questions at 16 per step
   c.train.eval_every = 0
   c.checkpoint.every = 20

@@ -1,14 +1,19 @@
-"""CPU demo (the embedded default): C-GRPO on the synthetic world with a tiny random policy.
+"""CPU demo (the embedded default): C-GRPO on the synthetic world with a tiny policy.
 
-    python -m carr_jax.train --config configs/demo_cpu.py --workdir /tmp/carr_demo
+    python -m carr_jax.train --config configs/demo_cpu.py --workdir /tmp/carr_demo \
+        [--config.checkpoint.init_dir=/tmp/carr_sft/checkpoints]   # configs/sft_demo_cpu.py
     tensorboard --logdir /tmp/carr_demo/tb --host 127.0.0.1
 
-Everything runs in-process on the CPU: the synthetic deep-search world (questions, pages,
-rubrics), the in-process JAX sampler, offline BM25 browser tools and the GOLD judge (which
-reads the world's gold annotations; it exists only for synthetic data). Expect a few steps
-in a few minutes on 2 cores, a checkpoint in workdir/checkpoints and TensorBoard logs in
-workdir/tb. A random policy rarely produces a well-formed answer, so rewards start near 0;
-the point is the full data path (rollout -> judge -> advantages -> packed step -> sync).
+`scripts/demo.sh` runs the cold-start SFT of configs/sft_demo_cpu.py first and starts from
+that policy; without `checkpoint.init_dir` the policy is random. Everything runs in-process
+on the CPU: the synthetic deep-search world (questions, pages, rubrics), the in-process JAX
+sampler, offline BM25 browser tools and the GOLD judge (which reads the world's gold
+annotations; it exists only for synthetic data). Expect a step every ~15 s on 2 cores, a
+checkpoint in workdir/checkpoints and TensorBoard logs in workdir/tb. Measured from the SFT
+policy (sampling at temperature 1): 0.4-0.6 search/open calls per episode with 27-38% of the
+turns well-formed tool calls (0 from a random policy), no solved question, so rewards and
+advantages are 0: the demo shows the data path (rollout -> judge -> advantages -> packed
+step -> sync), not learning; a tiny model would need far more SFT to answer.
 """
 from configs import base
 
@@ -26,6 +31,7 @@ def get_config():
   c.rollout.max_batch = 8
   c.batch.row_lengths = (1024, 2048)
   c.batch.logprob_chunk = 256
+  c.batch.loss_positions_multiple = 128
   c.optim.learning_rate = 1e-4
   c.train.num_steps = 4
   c.train.eval_every = 2

@@ -36,7 +36,6 @@ def sft_section() -> ml_collections.ConfigDict:
   s.num_steps = 0  # stop after this many steps (0 = all epochs)
   s.min_outcome = 0.0  # keep dumped rollouts whose judge outcome is >= this (0 = all)
   s.default_tools = True  # records without tools get the browser schemas in their prompt
-  s.loss_positions_multiple = 256  # loss positions per packed row are padded to a multiple
   s.expert_search_results = 3  # expert: `num` of each search
   s.expert_find = True  # expert: confirm each hop with browser.find
   s.expert_max_hops = 4  # expert: only questions of at most this many hops (shorter episodes)
@@ -56,7 +55,7 @@ def get_config():
   c.sft.expert_max_hops = 2
   c.sft.expert_find = False
   c.sft.expert_search_results = 1
-  c.sft.loss_positions_multiple = 128
+  c.batch.loss_positions_multiple = 128
   c.optim.learning_rate = 3e-2
   c.optim.warmup_steps = 3
   c.optim.weight_decay = 0.0

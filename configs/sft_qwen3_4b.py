@@ -29,7 +29,7 @@ def get_config(arg=None):
   c.sft.data = "data/deepdive_trajectories_sft.jsonl"
   c.sft.epochs = 3
   c.sft.batch_size = 16
-  c.sft.loss_positions_multiple = 2048
+  c.batch.loss_positions_multiple = 2048
   c.optim.learning_rate = 4e-5
   c.optim.warmup_steps = 8
   c.batch.row_lengths = (32768, 65536, 131072)  # 128k context
@@ -43,7 +43,7 @@ def get_config(arg=None):
   if (arg or "").startswith("tiny"):
     c.sft.data = "expert"
     c.sft.batch_size = 4
-    c.sft.loss_positions_multiple = 128
+    c.batch.loss_positions_multiple = 128
     c.batch.row_lengths = (2048,)
     c.batch.logprob_chunk = 512
     c.batch.overflow = "truncate"

@@ -21,7 +21,7 @@ import sys
 import pytest
 from PIL import Image
 
-from carr_jax import eval_crypto, eval_report
+from carr_jax import eval_crypto, eval_report, step_stats
 from carr_jax import evaluate as ev
 from carr_jax.world import build_world
 from judge import Judge, JudgeConfig
@@ -251,30 +251,43 @@ def test_table2_on_questions_every_run_solved(world, fmt, tmp_path):
   assert "| two_hops |" in table and "| one_hop |" in table
 
 
+_CALL = {"role": "assistant", "content": "", "tool_calls": [{"name": "browser.find"}]}
+_TEXT = {"role": "assistant", "content": "raw text"}
+_TOOL = {"role": "tool", "content": [{"output": "x"}]}
+_USER = {"role": "user", "content": "q"}
+# (trajectory, (turns, well-formed tool-call turns, ill-formed turns))
+TURN_CASES = [
+    ({"status": "completed", "history": [_USER, _CALL, _TOOL, _TEXT]}, (2, 1, 0)),
+    ({"status": "ill_formed", "error_kind": "bad_arguments",
+      "history": [_USER, _CALL, _TOOL, _CALL]}, (2, 1, 1)),
+    ({"status": "ill_formed", "error_kind": "missing_think_end",
+      "history": [_USER, _CALL, _TOOL, _TEXT]}, (2, 1, 1)),
+    ({"status": "truncated", "error_kind": "turn_token_limit", "history": [_USER, _TEXT]},
+     (1, 0, 1)),
+    # The observation did not fit: the turn itself was a good tool call.
+    ({"status": "truncated", "error_kind": "context_limit", "history": [_USER, _CALL]},
+     (1, 1, 0)),
+    ({"status": "tool_limit", "history": [_USER, _CALL, _TOOL, _CALL]}, (2, 2, 0)),
+    ({"status": "completed", "format_errors": ["bad_tool_call_json", "bad_arguments"],
+      "history": [_USER, _TEXT, _TOOL, _CALL, _TOOL, _CALL, _TOOL, _TEXT]}, (4, 1, 2)),
+    ({"status": "failed", "history": []}, (0, 0, 0)),
+]
+
+
 def test_turn_stats_count_ill_formed_and_cut_turns():
-  call = {"role": "assistant", "content": "", "tool_calls": [{"name": "browser.find"}]}
-  text = {"role": "assistant", "content": "raw text"}
-  tool = {"role": "tool", "content": [{"output": "x"}]}
-  user = {"role": "user", "content": "q"}
-  cases = [
-      ({"status": "completed", "history": [user, call, tool, text]}, (2, 1, 0)),
-      ({"status": "ill_formed", "error_kind": "bad_arguments", "history": [user, call, tool, call]},
-       (2, 1, 1)),
-      ({"status": "ill_formed", "error_kind": "missing_think_end", "history": [user, call, tool,
-                                                                              text]}, (2, 1, 1)),
-      ({"status": "truncated", "error_kind": "turn_token_limit", "history": [user, text]},
-       (1, 0, 1)),
-      # The observation did not fit: the turn itself was a good tool call.
-      ({"status": "truncated", "error_kind": "context_limit", "history": [user, call]},
-       (1, 1, 0)),
-      ({"status": "tool_limit", "history": [user, call, tool, call]}, (2, 2, 0)),
-      ({"status": "completed", "format_errors": ["bad_tool_call_json", "bad_arguments"],
-        "history": [user, text, tool, call, tool, call, tool, text]}, (4, 1, 2)),
-      ({"status": "failed", "history": []}, (0, 0, 0)),
-  ]
-  for traj, expected in cases:
-    got = ev.turn_stats(traj)
+  for traj, expected in TURN_CASES:
+    got = step_stats.turn_stats(traj)
     assert (got["turns"], got["tool_call_turns"], got["ill_formed_turns"]) == expected, traj
+
+
+def test_trainer_rollout_metrics_report_the_same_turn_rates():
+  trajs = [{**t, "token_ids": [1, 2, 3], "loss_mask": [0, 1, 1]} for t, _ in TURN_CASES]
+  m = step_stats.rollout_metrics(trajs)
+  turns = sum(e[0] for _, e in TURN_CASES)  # 14 turns, 7 good tool calls, 5 ill-formed
+  assert m["rollout/turns"] == pytest.approx(turns / len(trajs))
+  assert m["rollout/well_formed_tool_call_rate"] == pytest.approx(7 / 14)
+  assert m["rollout/well_formed_turn_rate"] == pytest.approx(1 - 5 / 14)
+  assert m["rollout/completed_rate"] == pytest.approx(2 / 8)
 
 
 def test_eval_records_get_stable_ids_and_bad_ones_name_the_field(world, tmp_path):

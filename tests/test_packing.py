@@ -190,3 +190,22 @@ def test_coarse_row_counts_bound_padding_and_distinct_shapes():
   assert all(m >= n and m <= 1.25 * n for n, m in zip(range(1, 513), counts))
   assert counts == sorted(counts)
   assert len(set(counts)) <= 4 * 10  # O(log n) distinct values up to 512
+
+
+def test_loss_positions_bucket_and_order():
+  mask = np.zeros((3, 300), bool)
+  mask[0, [4, 9, 299]] = True
+  mask[1, 10:110] = True
+  index, valid = pk.loss_positions(mask, multiple=32)
+  assert index.shape == valid.shape == (3, 128)  # 100 rounded up to a multiple of 32
+  assert index[0, :3].tolist() == [4, 9, 299] and valid[0].sum() == 3
+  assert index[1, :100].tolist() == list(range(10, 110)) and valid[2].sum() == 0
+  assert (index[valid == 0] == 0).all()
+  # 9 multiples (binary 1001) round up to 10 (1010): at most 3 significant bits; capped at S.
+  mask = np.zeros((1, 400), bool)
+  mask[0, :9 * 32] = True
+  assert pk.loss_positions(mask, multiple=32)[0].shape == (1, 320)
+  assert pk.loss_positions(np.zeros((2, 16), bool), multiple=64)[0].shape == (2, 16)
+  with pytest.raises(ValueError, match="multiple must be >= 1"):
+    pk.loss_positions(mask, multiple=0)
+

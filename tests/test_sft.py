@@ -127,17 +127,6 @@ def test_rollout_records_are_used_as_is_and_filtered(fmt, tmp_path):
     sft_data.load_examples(path, fmt)
 
 
-def test_loss_positions_bucket_and_order():
-  mask = np.zeros((3, 300), bool)
-  mask[0, [4, 9, 299]] = True
-  mask[1, 10:110] = True
-  index, valid = sft_data.loss_positions(mask, multiple=32)
-  assert index.shape == valid.shape == (3, 128)  # 100 rounded up to a multiple of 32
-  assert index[0, :3].tolist() == [4, 9, 299] and valid[0].sum() == 3
-  assert index[1, :100].tolist() == list(range(10, 110)) and valid[2].sum() == 0
-  assert sft_data.loss_positions(np.zeros((2, 16), bool), multiple=64)[0].shape == (2, 16)
-
-
 # ---------------------------------------------------------------- the step
 
 
@@ -292,7 +281,9 @@ def test_sft_loop_writes_metrics_and_checkpoints_and_resumes(tmp_path):
 @pytest.mark.timeout(2700)  # SFT + evaluation CLIs: ~5 min alone, ~10-14 min on loaded cores
 def test_sft_then_evaluate_cli_tool_calls_well_formed(tmp_path):
   """Acceptance: SFT on the expert's episodes, then `carr_jax.evaluate` on the held-out
-  split: well-formed tool calls in at least half of the policy's turns (greedy decoding)."""
+  split: well-formed tool calls in at least half of the policy's turns (greedy decoding).
+  Then the RL demo's first step from that policy (scripts/demo.sh's second stage) samples
+  tool calls, which the random policy never does."""
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
   env["PYTHONPATH"] = REPO
   common = [f"--config={REPO}/configs/sft_demo_cpu.py",
@@ -305,6 +296,17 @@ def test_sft_then_evaluate_cli_tool_calls_well_formed(tmp_path):
   summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
   print(json.dumps(summary, indent=1))
   assert summary["well_formed_tool_call_rate"] >= 0.5, summary
+  subprocess.run([sys.executable, "-m", "carr_jax.train", f"--config={REPO}/configs/demo_cpu.py",
+                  common[1], f"--workdir={tmp_path}/rl", "--config.train.num_steps=1",
+                  "--config.train.eval_every=0",
+                  f"--config.checkpoint.init_dir={tmp_path}/sft/checkpoints"],
+                 env=env, check=True, timeout=900)
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+  events = EventAccumulator(str(tmp_path / "rl" / "tb"))
+  events.Reload()
+  (rate,) = events.Scalars("rollout/well_formed_tool_call_rate")
+  (calls,) = events.Scalars("rollout/tool_calls")
+  assert rate.value > 0 and calls.value > 0, (rate, calls)
 
 
 @pytest.mark.parametrize("arg", ["tpu", "gpu", "tiny"])

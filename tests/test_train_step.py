@@ -37,11 +37,11 @@ def make_batch(rows=8, seq=16, seed=0):
 
 
 def run_steps(mesh_shape, micro_batches, batch, steps=1, loss_cfg=loss_lib.LossConfig(),
-              tx=SGD):
+              tx=SGD, loss_positions=False):
   mesh = sharding.make_mesh(mesh_shape, jax.devices()[:int(np.prod(list(mesh_shape.values())))])
   state, shardings = ts.create_train_state(CFG, tx, mesh, seed=0)
-  step = ts.make_train_step(CFG, loss_cfg, ts.StepConfig(micro_batches=micro_batches), tx,
-                            mesh, shardings)
+  step_cfg = ts.StepConfig(micro_batches=micro_batches, loss_positions=loss_positions)
+  step = ts.make_train_step(CFG, loss_cfg, step_cfg, tx, mesh, shardings)
   metrics = []
   for _ in range(steps):
     state, m = step(state, batch)
@@ -171,3 +171,31 @@ def test_packed_and_unpacked_batches_give_the_same_step():
   for key in ("loss", "tokens", "entropy", "clip_low_frac", "clip_high_frac", "grad_norm"):
     np.testing.assert_allclose(m_p[0][key], m_u[0][key], atol=1e-5, rtol=0)
   assert_trees_close(state_p.params, state_u.params, 1e-5)
+
+
+def test_logits_only_at_loss_positions_change_nothing():
+  """Gathering the loss slots ([R, K] index) == logits at every slot: log-probs there, the
+  loss, every metric and the update, sharded over 2x2x2 with micro-batches and the KL term."""
+  from carr_jax import packing
+  batch = make_batch(seq=40)
+  batch["ref_logprobs"] = batch["rollout_logprobs"] - 0.1
+  batch["loss_index"], batch["loss_valid"] = packing.loss_positions(batch["loss_mask"] > 0, 8)
+  assert batch["loss_index"].shape[1] < 40  # really fewer slots than the rows
+  mesh = sharding.make_mesh({"data": 2}, jax.devices()[:2])
+  state, shardings = ts.create_train_state(CFG, SGD, mesh, seed=0)
+  full = ts.make_logprob_fn(CFG, ts.StepConfig(), mesh, shardings.params)(state.params, batch)
+  gathered = ts.make_logprob_fn(CFG, ts.StepConfig(loss_positions=True), mesh,
+                                shardings.params)(state.params, batch)
+  mask = batch["loss_mask"] > 0
+  np.testing.assert_allclose(np.asarray(gathered)[mask], np.asarray(full)[mask], atol=1e-5,
+                             rtol=0)
+  assert (np.asarray(gathered)[~mask] == 0).all()
+  loss_cfg = loss_lib.LossConfig(kl_coef=0.1)
+  mesh_shape = {"data": 2, "fsdp": 2, "tensor": 2}
+  ref, m_ref = run_steps(mesh_shape, 2, batch, loss_cfg=loss_cfg)
+  got, m_got = run_steps(mesh_shape, 2, batch, loss_cfg=loss_cfg, loss_positions=True)
+  assert set(m_ref[0]) == set(m_got[0])
+  for key in m_ref[0]:
+    np.testing.assert_allclose(m_got[0][key], m_ref[0][key], atol=1e-5, rtol=0, err_msg=key)
+  assert_trees_close(got.params, ref.params, 1e-5)
+
