@@ -354,6 +354,10 @@ def run_evaluations(config: Any, flags_: Any) -> list[dict]:
   from carr_jax import components
   from carr_jax.eval_report import write_sweep
   from rollout.chat import ChatFormat
+  if config.rollout.engine == "sglang" and flags_.checkpoint:
+    raise EvalError("--checkpoint with rollout.engine=sglang: the server samples from the "
+                    "weights it was launched with; launch it on the checkpoint's HF export "
+                    "(checkpoint.hf_export_every) and drop --checkpoint")
   records, corpus = eval_data(config, flags_.data)
   if flags_.max_questions:
     records = records[:flags_.max_questions]

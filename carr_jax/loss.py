@@ -44,6 +44,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from carr_jax.model import project
+
 IS_MODES = ("none", "icepop")
 KL_ESTIMATORS = ("k1", "k3")
 
@@ -75,7 +77,7 @@ def chunked_token_logprobs(hidden: jax.Array, unembed: jax.Array, targets: jax.A
 
   @jax.checkpoint  # the backward pass rebuilds this chunk's logits instead of storing them
   def one_chunk(h_c, y_c):  # [B, c, D], [B, c]
-    logits = jnp.einsum("bcd,dv->bcv", h_c, unembed, preferred_element_type=jnp.float32)
+    logits = project(h_c, unembed, preferred_element_type=jnp.float32)  # bcd,dv->bcv
     logits = logits / temperature  # [B, c, V] fp32
     lse = jax.nn.logsumexp(logits, axis=-1)  # [B, c]
     target_logit = jnp.take_along_axis(logits, y_c[..., None], axis=-1)[..., 0]

@@ -43,6 +43,22 @@ def _init(cfg: Qwen3Config):
   return nn.initializers.normal(stddev=0.02)
 
 
+def project(x: jax.Array, w: jax.Array, n_in: int = 1, **dot_kwargs) -> jax.Array:
+  """x [..., I1..In] @ w [I1..In, O...] -> [..., O...] as ONE 2-D matmul [N, I] @ [I, O].
+
+  The same contraction as the einsum ("BTD,DNH->BTNH", "BTNH,NHD->BTD", ...), but XLA:CPU
+  runs a dot whose free dims are several (B, T) and, above all, its gradients 1.7-2x slower
+  than the flattened matmul (benchmarks/README.md, model). The merged dims keep their
+  sharding: the sharded dim (batch, heads) is always the major one of a merge.
+  """
+  lead, ins, outs = x.shape[:x.ndim - n_in], w.shape[:n_in], w.shape[n_in:]
+  size_in = 1
+  for s in ins:
+    size_in *= s
+  y = jnp.dot(x.reshape(-1, size_in), w.reshape(size_in, -1), **dot_kwargs)
+  return y.reshape(*lead, *outs)
+
+
 def rms_norm(x: jax.Array, scale: jax.Array, eps: float, out_dtype: Any) -> jax.Array:
   """HF Qwen3RMSNorm: normalise in fp32, cast back, multiply by the weight."""
   x32 = x.astype(jnp.float32)
@@ -96,9 +112,9 @@ class Attention(nn.Module):
     q_scale = self.param("q_norm", nn.initializers.ones, (h,), pdt)
     k_scale = self.param("k_norm", nn.initializers.ones, (h,), pdt)
 
-    q = jnp.einsum("BTD,DNH->BTNH", x, wq.astype(cdt))
-    key = jnp.einsum("BTD,DKH->BTKH", x, wk.astype(cdt))
-    value = jnp.einsum("BTD,DKH->BTKH", x, wv.astype(cdt))
+    q = project(x, wq.astype(cdt))  # BTD,DNH->BTNH
+    key = project(x, wk.astype(cdt))  # BTD,DKH->BTKH
+    value = project(x, wv.astype(cdt))  # BTD,DKH->BTKH
     q = shard(rms_norm(q, q_scale, cfg.rms_norm_eps, cdt), BATCH, None, "tensor", None)
     key = shard(rms_norm(key, k_scale, cfg.rms_norm_eps, cdt), BATCH, None, "tensor", None)
     q, key = rope(q, positions, cfg.rope_theta), rope(key, positions, cfg.rope_theta)
@@ -111,7 +127,7 @@ class Attention(nn.Module):
     probs = jax.nn.softmax(scores, axis=-1).astype(cdt)  # [B, K, G, T, S]
     out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, value).reshape(b, t, n, h)
     out = shard(out, BATCH, None, "tensor", None)
-    return jnp.einsum("BTNH,NHD->BTD", out, wo.astype(cdt))
+    return project(out, wo.astype(cdt), n_in=2)  # BTNH,NHD->BTD
 
 
 class MLP(nn.Module):
@@ -126,9 +142,9 @@ class MLP(nn.Module):
     gate = self.param("gate_proj", _init(cfg), (d, f), pdt).astype(cdt)
     up = self.param("up_proj", _init(cfg), (d, f), pdt).astype(cdt)
     down = self.param("down_proj", _init(cfg), (f, d), pdt).astype(cdt)
-    hidden = jax.nn.silu(jnp.einsum("BTD,DF->BTF", x, gate)) * jnp.einsum("BTD,DF->BTF", x, up)
+    hidden = jax.nn.silu(project(x, gate)) * project(x, up)  # BTD,DF->BTF
     hidden = shard(hidden, BATCH, None, "tensor")
-    return jnp.einsum("BTF,FD->BTD", hidden, down)
+    return project(hidden, down)  # BTF,FD->BTD
 
 
 def route(router_logits: jax.Array, top_k: int, normalize: bool):
@@ -260,8 +276,7 @@ class Qwen3(nn.Module):
 
   def logits(self, hidden: jax.Array) -> jax.Array:
     """hidden [B, T, D] -> fp32 logits [B, T, V]. Materialises the vocab axis: tests/eval."""
-    return jnp.einsum("BTD,DV->BTV", hidden.astype(jnp.float32),
-                      self.unembed().astype(jnp.float32))
+    return project(hidden.astype(jnp.float32), self.unembed().astype(jnp.float32))  # BTD,DV
 
 
 def router_aux_loss(stats, cfg: Qwen3Config) -> jax.Array:

@@ -365,3 +365,19 @@ def test_decrypt_cli_reads_the_password_from_the_environment_only(tmp_path):
                          "--password_env=MY_EVAL_PW"], env=env, capture_output=True, text=True,
                         timeout=60, stdin=subprocess.DEVNULL)
   assert proc.returncode != 0 and not (tmp_path / "p.jsonl").exists()
+
+
+def test_a_checkpoint_cannot_be_given_to_an_sglang_evaluation(tmp_path):
+  """The server samples from the weights it was launched with: a --checkpoint would be
+  silently ignored, so it is an error (before any work)."""
+  import types
+
+  from configs import demo_cpu
+  config = demo_cpu.get_config()
+  config.rollout.engine = "sglang"
+  flags_ = types.SimpleNamespace(data="world:eval", checkpoint=str(tmp_path / "ckpt"),
+                                 out=str(tmp_path / "out"))
+  with pytest.raises(ev.EvalError, match="launch it on the checkpoint's HF export"):
+    ev.run_evaluations(config, flags_)
+  assert not (tmp_path / "out").exists()
+
