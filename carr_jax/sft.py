@@ -12,9 +12,9 @@ solves the training questions of `config.data` (the synthetic world) in-process.
 Objective: token-mean cross-entropy over the tokens the policy generates (loss mask 1, the
 RL mask semantics), normalized by the number of such tokens in the WHOLE global batch, like
 the C-GRPO loss (so micro-batches and devices change nothing; tests/test_sft.py). Logits are
-built only at the loss positions (`packing.loss_positions`, `batch.loss_positions_multiple`): the hidden states of those
-positions are gathered and fed to `carr_jax.loss.chunked_token_logprobs`, which is the whole
-unembedding saving for trajectories where most tokens are tool observations.
+built only at the loss positions (`packing.loss_positions`, `batch.loss_positions_multiple`,
+`train_step.target_logprobs`), which is the whole unembedding saving for trajectories where
+most tokens are tool observations.
 
 Everything else is the RL trainer's machinery: model, optimizer (`train_step.make_optimizer`,
 paper SFT: lr 4e-5), sharded state (`train_step.create_train_state`), packing into bucketed
@@ -29,22 +29,19 @@ import dataclasses
 import logging
 import os
 import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from carr_jax import checkpointing as ckpt_lib
 from carr_jax import components
 from carr_jax import data as data_lib
 from carr_jax import metrics as metrics_lib
-from carr_jax import model as model_lib
 from carr_jax import packing
-from carr_jax import sharding
 from carr_jax import sft_data
 from carr_jax import train_step as ts
-from carr_jax.loss import chunked_token_logprobs
 from carr_jax.model_config import Qwen3Config
 
 logger = logging.getLogger(__name__)
@@ -64,14 +61,8 @@ def loss_sums(params, cfg: Qwen3Config, step_cfg: SFTStepConfig, batch: dict):
   batch: tokens / positions / segment_ids / targets [R, S]; loss_index [R, K] positions of
   the loss tokens in each row, loss_valid [R, K] 1.0 on real entries (0 on padding).
   """
-  model = model_lib.Qwen3(cfg)
-  hidden, aux = model.apply({"params": params}, batch["tokens"], batch["positions"],
-                            batch["segment_ids"], method=model_lib.Qwen3.hidden_and_aux)
-  index = batch["loss_index"]  # [R, K]
-  picked = jnp.take_along_axis(hidden, index[..., None], axis=1)  # [R, K, D]
-  targets = jnp.take_along_axis(batch["targets"], index, axis=1)  # [R, K]
-  logp, entropy = chunked_token_logprobs(picked, model_lib.unembed_matrix(params, cfg),
-                                         targets, chunk_size=step_cfg.logprob_chunk)
+  logp, entropy, aux = ts.target_logprobs(params, cfg, batch, 1.0, step_cfg.logprob_chunk,
+                                          gather=True)  # [R, K] each
   valid = batch["loss_valid"]
   return (-jnp.sum(logp * valid), jnp.sum(valid), jnp.sum(entropy * valid), aux)
 
@@ -80,7 +71,7 @@ def sft_step_fn(cfg: Qwen3Config, step_cfg: SFTStepConfig, tx):
   """The pure step `(state, batch) -> (state, metrics)`; `make_sft_step` jits it."""
   def step(state: ts.TrainState, batch: dict):
     total = jnp.maximum(jnp.sum(batch["loss_valid"]), 1.0)  # loss tokens of the GLOBAL batch
-    micro = ts._micro_split(batch, step_cfg.micro_batches)  # pylint: disable=protected-access
+    micro = ts.micro_split(batch, step_cfg.micro_batches)
 
     def loss_fn(params, mb):
       nll, tokens, entropy, aux = loss_sums(params, cfg, step_cfg, mb)
@@ -164,14 +155,10 @@ class SFTTrainer:
   """The parts of an SFT run; `run()` is the loop. Built by `train_sft`."""
 
   def __init__(self, config, workdir: str):
-    from carr_jax.trainer import _initial_state  # the RL trainer's resume order, shared
+    from carr_jax.trainer import setup_run  # the RL trainer's set-up and resume order
     from rollout.chat import ChatFormat
     self.config, self.workdir = config, os.path.abspath(workdir)
     os.makedirs(self.workdir, exist_ok=True)
-    self.mesh = sharding.mesh_from_config(config.mesh)
-    self.cfg = components.model_config(config)
-    self.tx = ts.make_optimizer(components.optim_config(config))
-    self.pack_cfg = components.packing_config(config, self.mesh, self.cfg.vocab_size)
     fmt = ChatFormat(components.tokenizer(config))
     examples = sft_examples(config, fmt, self.workdir)
     s = config.sft
@@ -181,32 +168,17 @@ class SFTTrainer:
     self.loader = data_lib.TaskLoader(examples, s.batch_size, config.seed, s.epochs)
     self.num_steps = (self.loader.total_steps if s.num_steps <= 0
                       else min(s.num_steps, self.loader.total_steps))
-    self.checkpointer = ckpt_lib.TrainCheckpointer(
-        ckpt_lib.checkpoint_dir(self.workdir), save_every=config.checkpoint.every,
-        keep=config.checkpoint.keep, export_fn=self._export_fn(),
-        export_params=lambda st: st.params)
-    self.state, shardings, data, self.start_step = _initial_state(
-        config, self.workdir, self.cfg, self.tx, self.mesh, self.checkpointer)
-    if data is not None:
-      self.loader.position = data["loader"]
+    run = setup_run(config, self.workdir)
+    self.cfg, self.pack_cfg, self.checkpointer = run.cfg, run.pack_cfg, run.checkpointer
+    self.state, self.start_step = run.state, run.start_step
+    if run.data is not None:
+      self.loader.position = run.data["loader"]
     self.step = make_sft_step(self.cfg, SFTStepConfig(config.batch.micro_batches,
                                                       config.batch.logprob_chunk),
-                              self.tx, self.mesh, shardings)
+                              run.tx, run.mesh, run.shardings)
     self.writer = metrics_lib.MetricsWriter(os.path.join(self.workdir, "tb"))
     logger.info("SFT: %d examples, %d steps of %d (from step %d)", len(examples),
                 self.num_steps, s.batch_size, self.start_step)
-
-  def _export_fn(self):
-    every = self.config.checkpoint.hf_export_every
-    if not every:
-      return None
-    from carr_jax.hf_io import save_hf
-
-    def export(step, host_params):  # HF weights for SGLang / transformers, as the RL trainer
-      if step % every == 0:
-        save_hf(host_params, self.cfg, os.path.join(self.workdir, "hf", f"step_{step}"),
-                overwrite=True)
-    return export
 
   def run(self) -> list[dict]:
     if self.start_step == 0:

@@ -157,7 +157,7 @@ def global_batch(batch: dict, mesh: Mesh, keys) -> dict:
   return out
 
 
-def _micro_split(batch: dict, micro_batches: int) -> dict:
+def micro_split(batch: dict, micro_batches: int) -> dict:
   """[R, S] -> [M, R/M, S], micro-batch m = rows m, m+M, ... so each slice spans all devices."""
   def split(x):
     rows = x.shape[0]
@@ -174,21 +174,32 @@ def _scatter_rows(values, index, valid, length: int):
   return jax.vmap(lambda v, i: zeros.at[i].add(v))(values * valid, index)
 
 
-def _token_logprobs(params, cfg: Qwen3Config, step_cfg: StepConfig, batch):
-  """(log-probs [R, S] of the targets, entropy [R, S], router aux loss)."""
+def target_logprobs(params, cfg: Qwen3Config, batch, temperature: float, chunk: int,
+                    gather: bool):
+  """(log-probs of the targets, entropy, router aux loss) of a packed batch.
+
+  At every slot ([R, S] each), or with `gather` only at batch["loss_index"] ([R, K] each).
+  """
   model = model_lib.Qwen3(cfg)
   hidden, aux = model.apply({"params": params}, batch["tokens"], batch["positions"],
                             batch["segment_ids"], method=model_lib.Qwen3.hidden_and_aux)
   targets = batch["targets"]  # [R, S]
-  if step_cfg.loss_positions:
+  if gather:
     index = batch["loss_index"]  # [R, K]
     hidden = jnp.take_along_axis(hidden, index[..., None], axis=1)  # [R, K, D]
     targets = jnp.take_along_axis(targets, index, axis=1)  # [R, K]
   logp, entropy = loss_lib.chunked_token_logprobs(
-      hidden, model_lib.unembed_matrix(params, cfg), targets,
-      temperature=step_cfg.temperature, chunk_size=step_cfg.logprob_chunk)
+      hidden, model_lib.unembed_matrix(params, cfg), targets, temperature=temperature,
+      chunk_size=chunk)
+  return logp, entropy, aux
+
+
+def _token_logprobs(params, cfg: Qwen3Config, step_cfg: StepConfig, batch):
+  """(log-probs [R, S] of the targets, entropy [R, S], router aux loss)."""
+  logp, entropy, aux = target_logprobs(params, cfg, batch, step_cfg.temperature,
+                                       step_cfg.logprob_chunk, step_cfg.loss_positions)
   if step_cfg.loss_positions:
-    length, valid = batch["tokens"].shape[1], batch["loss_valid"]
+    index, valid, length = batch["loss_index"], batch["loss_valid"], batch["tokens"].shape[1]
     logp, entropy = (_scatter_rows(x, index, valid, length) for x in (logp, entropy))
   return logp, entropy, aux
 
@@ -211,7 +222,7 @@ def train_step_fn(cfg: Qwen3Config, loss_cfg: loss_lib.LossConfig, step_cfg: Ste
   """The pure step; `make_train_step` jits it with shardings."""
   def step(state: TrainState, batch: dict):
     total_tokens = jnp.maximum(jnp.sum(batch["loss_mask"].astype(jnp.float32)), 1.0)
-    micro = _micro_split(batch, step_cfg.micro_batches)
+    micro = micro_split(batch, step_cfg.micro_batches)
 
     def loss_fn(params, mb):
       logp, entropy, aux = _token_logprobs(params, cfg, step_cfg, mb)

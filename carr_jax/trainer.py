@@ -25,6 +25,7 @@ array (`train_step.global_batch`). Only process 0 writes metrics, dumps and HF e
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -38,7 +39,6 @@ from carr_jax import checkpointing as ckpt_lib
 from carr_jax import components
 from carr_jax import data as data_lib
 from carr_jax import metrics as metrics_lib
-from carr_jax import model as model_lib
 from carr_jax import packing
 from carr_jax import rewards
 from carr_jax import sharding
@@ -69,7 +69,7 @@ def share_batch(batch: dict | None) -> dict | None:
   return multihost_utils.broadcast_one_to_all(template)
 
 
-def _initial_state(config, workdir, cfg, tx, mesh, checkpointer):
+def initial_state(config, workdir, cfg, tx, mesh, checkpointer):
   """(state, shardings, restored data position or None, start step)."""
   source = ckpt_lib.resolve_init_source(workdir, config)
   abstract, shardings = ts.abstract_train_state(cfg, tx, mesh)
@@ -88,19 +88,57 @@ def _initial_state(config, workdir, cfg, tx, mesh, checkpointer):
   return state, shardings, None, 0
 
 
+def hf_export_fn(config, cfg, workdir: str):
+  """The checkpointer's hook: HF weights (SGLang, transformers) every hf_export_every steps."""
+  every = config.checkpoint.hf_export_every
+  if not every:
+    return None
+  from carr_jax.hf_io import save_hf
+
+  def export(step, host_params):
+    if step % every == 0:
+      save_hf(host_params, cfg, os.path.join(workdir, "hf", f"step_{step}"), overwrite=True)
+  return export
+
+
+@dataclasses.dataclass
+class RunSetup:
+  """What the RL and SFT trainers build alike from a config (`setup_run`)."""
+  mesh: Any
+  cfg: Any  # Qwen3Config
+  tx: Any  # optax transformation
+  pack_cfg: packing.PackingConfig
+  checkpointer: ckpt_lib.TrainCheckpointer
+  state: ts.TrainState
+  shardings: ts.TrainState
+  data: dict | None  # restored data-loader position, None on a fresh start
+  start_step: int
+
+
+def setup_run(config, workdir: str) -> RunSetup:
+  """Mesh, model config, optimizer, packing, checkpointer, and the state (resume order)."""
+  mesh = sharding.mesh_from_config(config.mesh)
+  cfg = components.model_config(config)
+  tx = ts.make_optimizer(components.optim_config(config))
+  checkpointer = ckpt_lib.TrainCheckpointer(
+      ckpt_lib.checkpoint_dir(workdir), save_every=config.checkpoint.every,
+      keep=config.checkpoint.keep, export_fn=hf_export_fn(config, cfg, workdir),
+      export_params=lambda s: s.params)
+  state, shardings, data, start_step = initial_state(config, workdir, cfg, tx, mesh,
+                                                     checkpointer)
+  return RunSetup(mesh, cfg, tx, components.packing_config(config, mesh, cfg.vocab_size),
+                  checkpointer, state, shardings, data, start_step)
+
+
 class Trainer:
   """Holds the parts of a run; `run()` is the loop. Built by `train_and_evaluate`."""
 
   def __init__(self, config, workdir: str):
     self.config, self.workdir = config, os.path.abspath(workdir)
     os.makedirs(self.workdir, exist_ok=True)
-    self.mesh = sharding.mesh_from_config(config.mesh)
-    self.cfg = components.model_config(config)
-    self.tx = ts.make_optimizer(components.optim_config(config))
     self.loss_cfg = components.loss_config(config)
     self.step_cfg = components.step_config(config)
     self.reward_cfg = components.reward_config(config)
-    self.pack_cfg = components.packing_config(config, self.mesh, self.cfg.vocab_size)
     train, self.eval_records, corpus = data_lib.load_tasks(config.data)
     self.loader = data_lib.TaskLoader(train, config.data.prompts_per_step, config.seed,
                                       config.data.epochs)
@@ -108,14 +146,12 @@ class Trainer:
     self.lead = jax.process_index() == 0  # drives rollouts, judging, metrics and exports
     if jax.process_count() > 1 and config.rollout.engine == "jax":
       raise ValueError("rollout.engine='jax' is single-host; use SGLang servers on a pod")
-    self.checkpointer = ckpt_lib.TrainCheckpointer(
-        ckpt_lib.checkpoint_dir(self.workdir), save_every=config.checkpoint.every,
-        keep=config.checkpoint.keep, export_fn=self._export_fn(),
-        export_params=lambda s: s.params)
-    self.state, self.shardings, data, self.start_step = _initial_state(
-        config, self.workdir, self.cfg, self.tx, self.mesh, self.checkpointer)
-    if data is not None:
-      self.loader.position = data["loader"]
+    run = setup_run(config, self.workdir)
+    self.mesh, self.cfg, self.tx, self.pack_cfg = run.mesh, run.cfg, run.tx, run.pack_cfg
+    self.checkpointer, self.state, self.shardings = run.checkpointer, run.state, run.shardings
+    self.start_step = run.start_step
+    if run.data is not None:
+      self.loader.position = run.data["loader"]
     self.train_step = ts.make_train_step(self.cfg, self.loss_cfg, self.step_cfg, self.tx,
                                          self.mesh, self.shardings)
     self.logprob_fn = ts.make_logprob_fn(self.cfg, self.step_cfg, self.mesh,
@@ -134,18 +170,6 @@ class Trainer:
     self.loop = asyncio.new_event_loop()
     if config.rollout.engine != "jax":  # the server must serve exactly this policy first
       self.sync_weights(str(self.start_step))
-
-  def _export_fn(self):
-    every = self.config.checkpoint.hf_export_every
-    if not every:
-      return None
-    from carr_jax.hf_io import save_hf
-
-    def export(step, host_params):
-      if step % every == 0:
-        save_hf(host_params, self.cfg, os.path.join(self.workdir, "hf", f"step_{step}"),
-                overwrite=True)
-    return export
 
   # ------------------------------------------------------------------ phases of a step
 
@@ -185,14 +209,18 @@ class Trainer:
     metrics.update({f"train/packing_{k}": float(v) for k, v in packed.stats().items()})
     batch = packed.arrays()
     batch["loss_mask"] = batch["loss_mask"].astype(np.float32)
-    if self.step_cfg.loss_positions:
-      batch["loss_index"], batch["loss_valid"] = packing.loss_positions(
-          packed.loss_mask, self.config.batch.loss_positions_multiple)
-      metrics["train/packing_loss_positions"] = float(batch["loss_index"].shape[1])
     return batch, metrics
 
   def update(self, batch):
-    """Old / reference log-probs, then the train step. Returns step metrics."""
+    """Old / reference log-probs, then the train step. Returns step metrics.
+
+    Runs on every process (after `share_batch`), so each derives the loss positions itself.
+    """
+    positions = {}
+    if self.step_cfg.loss_positions:
+      batch["loss_index"], batch["loss_valid"] = packing.loss_positions(
+          batch["loss_mask"] > 0, self.config.batch.loss_positions_multiple)
+      positions = {"train/packing_loss_positions": float(batch["loss_index"].shape[1])}
     if self.config.loss.old_logprobs == "trainer":
       batch["old_logprobs"] = self.logprob_fn(self.state.params, batch)
     else:
@@ -202,7 +230,7 @@ class Trainer:
     self.state, metrics = self.train_step(self.state, batch)
     metrics = {f"train/{k}": float(v) for k, v in jax.device_get(metrics).items()}
     metrics_lib.check_finite(metrics, int(self.state.step), ["train/loss", "train/grad_norm"])
-    return metrics
+    return {**metrics, **positions}
 
   def sync_weights(self, version: str) -> None:
     """Pushes the new policy to the engine (in memory, or HF export + SGLang reload)."""

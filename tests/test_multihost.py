@@ -1,8 +1,9 @@
 """The multi-host path on one machine: 2 JAX processes x 2 CPU devices (gloo collectives).
 
 Process 0 alone holds the packed batch (as after its rollouts); `share_batch` broadcasts it,
-`global_batch` assembles one global array from each process's shards, and the jitted train
-step runs as one SPMD program over the 4 devices. Its loss, gradient norm and a parameter
+each process derives the loss positions from it, `global_batch` assembles one global array
+from each process's shards, and the jitted train step (logits at the loss slots, the
+trainer's default) runs as one SPMD program over the 4 devices. Its loss, gradient norm and a parameter
 checksum must equal the same step run by this single process on 4 devices.
 """
 import json
@@ -34,14 +35,14 @@ WORKER = textwrap.dedent("""
     from jax.experimental import multihost_utils
     from carr_jax import loss as loss_lib, sharding, train_step as ts
     from carr_jax.trainer import share_batch
-    from tests.test_multihost import lead_batch
+    from tests.test_multihost import lead_batch, with_loss_positions
     from tests.test_train_step import CFG, SGD
     batch = share_batch(lead_batch() if jax.process_index() == 0 else None)
-    batch["old_logprobs"] = batch["rollout_logprobs"]
+    batch = with_loss_positions(batch)  # every process, after the broadcast (Trainer.update)
     mesh = sharding.make_mesh({mesh!r})
     state, shardings = ts.create_train_state(CFG, SGD, mesh, seed=0)
-    step = ts.make_train_step(CFG, loss_lib.LossConfig(), ts.StepConfig(micro_batches=2), SGD,
-                              mesh, shardings)
+    step_cfg = ts.StepConfig(micro_batches=2, loss_positions=True)
+    step = ts.make_train_step(CFG, loss_lib.LossConfig(), step_cfg, SGD, mesh, shardings)
     state, metrics = step(state, batch)
     params = multihost_utils.process_allgather(state.params, tiled=True)
     metrics = multihost_utils.process_allgather(metrics, tiled=True)
@@ -57,6 +58,14 @@ def lead_batch():
   """The batch as process 0 holds it after packing (old log-probs are added afterwards)."""
   batch = make_batch()
   del batch["old_logprobs"]
+  return batch
+
+
+def with_loss_positions(batch):
+  """What `Trainer.update` adds to the shared batch: old log-probs, loss positions."""
+  from carr_jax import packing
+  batch["old_logprobs"] = batch["rollout_logprobs"]
+  batch["loss_index"], batch["loss_valid"] = packing.loss_positions(batch["loss_mask"] > 0, 8)
   return batch
 
 
@@ -81,9 +90,7 @@ def test_two_processes_equal_one():
   line = next(l for l in outs[0][0].splitlines() if l.startswith("RESULT "))
   multi = json.loads(line[len("RESULT "):])
 
-  batch = lead_batch()
-  batch["old_logprobs"] = batch["rollout_logprobs"]
-  state, metrics = run_steps(MESH, 2, batch)
+  state, metrics = run_steps(MESH, 2, with_loss_positions(lead_batch()), loss_positions=True)
   single = jax.device_get(state)
   np.testing.assert_allclose(multi["loss"], metrics[0]["loss"], atol=1e-5, rtol=0)
   np.testing.assert_allclose(multi["grad_norm"], metrics[0]["grad_norm"], atol=1e-5, rtol=0)

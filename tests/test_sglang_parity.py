@@ -16,7 +16,6 @@ from carr_jax import loss as loss_lib
 from carr_jax import model as M
 from carr_jax import sharding
 from carr_jax import train_step as ts
-from rollout.engines.base import SamplingParams
 from rollout.engines.jax_engine import JaxEngine
 from rollout.engines.sglang import SGLangEngine
 from tests.sglang_server import sglang_server, sglang_session_server, tiny_qwen3_dirs  # noqa: F401
