@@ -8,6 +8,7 @@ The peer for the scaling columns is the smallest setting measured in the same ru
 ratio "time / (trajectories ratio)" shows how far from linear each phase scales.
 
     .venv/bin/python benchmarks/bench_demo.py [--steps 3] [--settings 1x2 2x2 2x4 4x4]
+        [--init_dir SFT_RUN/checkpoints]   # start from a policy, as scripts/demo.sh does
 """
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ from common import REPO
 PHASES = ("perf/rollout_s", "perf/judge_s", "perf/train_s", "perf/sync_s", "perf/step_time_s")
 
 
-def run_setting(prompts: int, group: int, steps: int) -> dict[str, float]:
+def run_setting(prompts: int, group: int, steps: int, init_dir: str) -> dict[str, float]:
   from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
   workdir = tempfile.mkdtemp(prefix="bench_demo_")
   cmd = [sys.executable, "-m", "carr_jax.train", "--config", "configs/demo_cpu.py",
          "--workdir", workdir, f"--config.data.prompts_per_step={prompts}",
          f"--config.data.group_size={group}", f"--config.train.num_steps={steps}",
-         "--config.train.eval_every=0", f"--config.checkpoint.every={steps}"]
+         "--config.train.eval_every=0", f"--config.checkpoint.every={steps}",
+         f"--config.checkpoint.init_dir={os.path.abspath(init_dir) if init_dir else ''}"]
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
   env.pop("XLA_FLAGS", None)
   subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
@@ -41,11 +43,12 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--steps", type=int, default=3)
   parser.add_argument("--settings", nargs="+", default=["1x2", "2x2", "2x4", "4x4"])
+  parser.add_argument("--init_dir", default="", help="checkpoint.init_dir (default: random)")
   args = parser.parse_args()
   rows = []
   for setting in args.settings:
     prompts, group = (int(x) for x in setting.split("x"))
-    rows.append((prompts, group, run_setting(prompts, group, args.steps)))
+    rows.append((prompts, group, run_setting(prompts, group, args.steps, args.init_dir)))
   base_n = rows[0][0] * rows[0][1]
   print("| prompts x G | trajectories | rollout s | judge s | train s | sync s | step s |"
         " step / linear |")
