@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on its CPU default: sets up .venv if needed, then
 #   1. cold-start SFT of the tiny policy on the scripted expert's episodes
-#      (configs/sft_demo_cpu.py, ~7 min on 2 cores) into $workdir/sft, so that the policy
+#      (configs/sft_demo_cpu.py, 4-7 min on 2 cores) into $workdir/sft, so that the policy
 #      starts RL following the tool-call format;
 #   2. C-GRPO on the synthetic world from that policy (configs/demo_cpu.py) into $workdir/rl.
 # Both stages resume when rerun (a finished SFT stage is not redone).
