@@ -5,8 +5,8 @@ Import the fixtures into a test module (`from tests.sglang_server import sglang_
 `sglang_server` gives ONE real server per test session (CPU engine, fp32, 127.0.0.1, free
 port) on the first tiny model, restarts it if a test killed it, and stops it at the end; it
 skips with the reason when the SGLang venv (scripts/setup_sglang_cpu.sh) is missing.
-`ScriptedServer` is a stdlib ThreadingHTTPServer imitating /generate, /health, /model_info
-and /update_weights_from_disk, whose failures (5xx, dropped connections, delays) a test
+`ScriptedServer` is a stdlib ThreadingHTTPServer imitating /generate, /health, /model_info,
+/update_weights_from_disk and /flush_cache, whose failures (5xx, dropped connections, delays) a test
 scripts per request.
 """
 from __future__ import annotations
@@ -109,7 +109,9 @@ class ScriptedServer:
   "ok" (answer), "500"/"503" (error status), "drop" (close the socket without answering),
   "400" (a client error), "not_json" / "no_meta" (malformed 200 answers).  With
   accept_updates=False, /update_weights_from_disk reports success but the served
-  weight_version stays.  Each answer echoes the prompt's last id + 1 as the single output
+  weight_version stays.  /flush_cache answers 400 while `busy` is set, as SGLang does when
+  its scheduler stays busy past the request's timeout.  `control` records every
+  update/flush call as (path, body or query).  Each answer echoes the prompt's last id + 1 as the single output
   token with log-prob -0.5, after `delay` seconds.  `max_active` records peak concurrency.
   """
 
@@ -117,6 +119,8 @@ class ScriptedServer:
                accept_updates: bool = True):
     self.script = list(script)
     self.accept_updates = accept_updates
+    self.busy = False
+    self.control: list[tuple[str, object]] = []
     self.delay = delay
     self.weight_version = weight_version
     self.requests: list[dict] = []
@@ -147,8 +151,16 @@ class ScriptedServer:
           self._send(404, {"error": "not found"})
 
       def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        length = int(self.headers.get("Content-Length") or 0)
+        if self.path.startswith("/flush_cache"):
+          self.rfile.read(length)
+          outer.control.append(("/flush_cache", self.path.partition("?")[2]))
+          if outer.busy:
+            return self._send(400, None)
+          return self._send(200, None)
+        body = json.loads(self.rfile.read(length))
         if self.path == "/update_weights_from_disk":
+          outer.control.append((self.path, body))
           if outer.accept_updates:  # else: claims success but keeps the old version
             outer.weight_version = body["weight_version"]
           return self._send(200, {"success": True, "message": "ok"})

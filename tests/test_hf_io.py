@@ -4,6 +4,7 @@ Checkpoints are built here with transformers (Qwen3 / Qwen3-MoE, random non-ones
 weights) and `save_pretrained`; nothing is downloaded. Run:
   /work/venv/bin/python -m pytest tests/test_hf_io.py -x -q
 """
+import asyncio
 import json
 import os
 import shutil
@@ -409,6 +410,15 @@ def _greedy_reference(hf_dir, prompt, steps):
   return ids[len(prompt):], logprobs
 
 
+async def _push_weights(url: str, model_path: str, version: str) -> None:
+  from rollout.engines.sglang import SGLangEngine
+  engine = SGLangEngine(url)
+  try:
+    await engine.update_weights_from_disk(model_path, version)
+  finally:
+    await engine.close()
+
+
 @pytest.mark.sglang
 @pytest.mark.slow
 def test_sglang_serves_exported_weights_after_update_from_disk(tmp_path):
@@ -438,9 +448,7 @@ def test_sglang_serves_exported_weights_after_update_from_disk(tmp_path):
         return out["output_ids"], [lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]]
 
       before, _ = generate()
-      update = client.post("/update_weights_from_disk", json={
-          "model_path": str(exported), "flush_cache": True, "weight_version": "exported-1"})
-      assert update.raise_for_status().json()["success"], update.text
+      asyncio.run(_push_weights(server.url, str(exported), "exported-1"))  # the trainer's path
       assert client.get("/model_info").json()["weight_version"] == "exported-1"
       tokens, logprobs = generate()
   finally:

@@ -169,6 +169,28 @@ def test_update_weights_confirms_served_version():
       run(go([a.url, b.url], "4"))
 
 
+def test_update_weights_flushes_old_cache_after_waiting_for_idle():
+  """The flush is a separate /flush_cache?timeout call (SGLang's in-update flush is refused
+  while the last batch is not yet retired); a flush that never happens fails the update."""
+  async def go(url):
+    engine = SGLangEngine(url, idle_timeout=7.5, **FAST)
+    try:
+      await engine.update_weights_from_disk("/ckpt/step_5", "5")
+    finally:
+      await engine.close()
+
+  with ScriptedServer() as server:
+    run(go(server.url))
+    update, flush = server.control
+    assert update == ("/update_weights_from_disk", {
+        "model_path": "/ckpt/step_5", "weight_version": "5", "flush_cache": False})
+    assert flush == ("/flush_cache", "timeout=7.5")
+  with ScriptedServer() as server:
+    server.busy = True
+    with pytest.raises(WeightUpdateError, match=r"not flushed .*7.5 s.*HTTP 400"):
+      run(go(server.url))
+
+
 def test_inconsistent_logprob_ids_mark_result_failed():
   body = {"output_ids": [5, 6], "meta_info": {
       "finish_reason": {"type": "stop", "matched": 6}, "prompt_tokens": 3,
@@ -316,6 +338,30 @@ def test_update_weights_from_disk_changes_outputs_and_version(sglang_server, tin
   assert max_diff(on_b.logprobs, hf_logprobs(model_b, PROMPT, on_b.output_ids)) < 1e-4
   assert on_a.output_ids == base.output_ids and on_a.weight_version == "step-2"
   assert max_diff(on_a.logprobs, base.logprobs) < 1e-4
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_update_weights_while_the_last_request_finishes(sglang_server, tiny_qwen3_dirs):
+  """A sync sent while a straggler still decodes waits for it, then flushes and serves the
+  new weights (CI, stop 9: SGLang's in-update flush refused a just-finished batch)."""
+  model_a, model_b = tiny_qwen3_dirs
+  straggler = SamplingParams(temperature=0.0, max_new_tokens=48, stop_token_ids=())
+
+  async def go(engine):
+    base = await engine.generate(PROMPT, GREEDY)
+    for i, model in enumerate([model_b, model_a] * 3):
+      running = asyncio.create_task(engine.generate(PROMPT, straggler))
+      await asyncio.sleep(0.02 * i)
+      await engine.update_weights_from_disk(str(model), f"overlap-{i}")
+      assert (await running).ok
+      after = await engine.generate(PROMPT, GREEDY)
+      assert after.weight_version == f"overlap-{i}"
+    return base, after
+
+  base, after = run(with_engine(sglang_server.url, go))
+  assert after.output_ids == base.output_ids  # back on model A, nothing stale in the cache
+  assert max_diff(after.logprobs, base.logprobs) < 1e-4
 
 
 @pytest.mark.sglang

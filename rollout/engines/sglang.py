@@ -15,8 +15,13 @@
 - Connection errors and 5xx answers are retried with exponential backoff (on any URL); 4xx
   answers are not.  A request that exhausts `max_retries` comes back with finish_reason
   "failed" and the last error; it never raises.
-- `update_weights_from_disk` loads new weights on every server, then confirms through
-  `/model_info` that each now reports the new weight_version.
+- `update_weights_from_disk` loads new weights on every server, flushes the KV cache the old
+  weights produced, then confirms through `/model_info` that each reports the new
+  weight_version.  The flush is its own call, `/flush_cache?timeout=idle_timeout`, which waits
+  for the server to go idle: SGLang's in-update flush (`flush_cache: true`) is refused when
+  the scheduler has not yet retired the batch of the last answered /generate, so a sync right
+  after a rollout failed with a 400 on a loaded machine (6 of 30 back-to-back updates on 2
+  busy cores, sglang 0.5.23).
 
 Log-probs and temperature (checked against HF in tests/test_sglang_engine.py,
 `test_logprobs_are_after_temperature`): sglang 0.5.23 returns log softmax(logits / T) of the
@@ -89,7 +94,8 @@ class SGLangEngine(Engine):
   def __init__(self, urls: str | Sequence[str], *, vocab_size: int = QWEN3_VOCAB_SIZE,
                max_concurrency: int = 32, max_retries: int = 6, backoff_base: float = 0.5,
                backoff_max: float = 10.0, request_timeout: float = 600.0,
-               connect_timeout: float = 5.0, down_cooldown: float = 2.0):
+               connect_timeout: float = 5.0, down_cooldown: float = 2.0,
+               idle_timeout: float = 120.0):
     self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
     if not self.urls:
       raise ValueError("urls: need at least one server URL")
@@ -98,6 +104,7 @@ class SGLangEngine(Engine):
     self.max_retries = max_retries
     self.backoff_base, self.backoff_max = backoff_base, backoff_max
     self.down_cooldown = down_cooldown
+    self.idle_timeout = idle_timeout  # s a server may take to finish requests before a flush
     self._semaphore = asyncio.Semaphore(max_concurrency)
     self._client = httpx.AsyncClient(
         timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
@@ -230,16 +237,22 @@ class SGLangEngine(Engine):
     return sum(self._inflight.values())
 
   async def update_weights_from_disk(self, model_path: str, weight_version: str) -> None:
-    """Every server loads `model_path` (HF dir) and must then report `weight_version`."""
+    """Every server loads `model_path` (HF dir), drops its old KV cache and must then report
+    `weight_version`."""
 
     async def one(url: str) -> None:
-      body, _ = await self._call(
-          "POST", "/update_weights_from_disk",
-          {"model_path": model_path, "weight_version": weight_version, "flush_cache": True},
-          url=url)
+      try:
+        body, _ = await self._call(
+            "POST", "/update_weights_from_disk",
+            {"model_path": model_path, "weight_version": weight_version, "flush_cache": False},
+            url=url)
+      except SGLangError as e:
+        raise WeightUpdateError(f"{url}: update_weights_from_disk({model_path}) failed: "
+                                f"{e}") from None
       if not body.get("success"):
         raise WeightUpdateError(f"{url}: update_weights_from_disk({model_path}) failed: "
                                 f"{body.get('message')}")
+      await self.flush_cache(url)
       served = await self.served_weight_version(url)
       if served != weight_version:
         raise WeightUpdateError(f"{url}: serves weight_version {served!r} after the update, "
@@ -247,6 +260,18 @@ class SGLangEngine(Engine):
 
     await asyncio.gather(*(one(u) for u in self.urls))
     self._weight_version = weight_version
+
+  async def flush_cache(self, url: str) -> None:
+    """Drops the server's KV/prefix cache once it is idle (waits up to `idle_timeout` s)."""
+    try:
+      resp = await self._client.post(f"{url}/flush_cache", params={"timeout": self.idle_timeout},
+                                     timeout=self.idle_timeout + 30.0)
+    except httpx.TransportError as e:
+      raise WeightUpdateError(f"{url}/flush_cache: {type(e).__name__}: {e}") from None
+    if resp.status_code != 200:
+      raise WeightUpdateError(
+          f"{url}: new weights loaded but the old KV cache was not flushed (server busy for "
+          f"{self.idle_timeout} s?): HTTP {resp.status_code}: {resp.text[:300]}")
 
   async def close(self) -> None:
     await self._client.aclose()
