@@ -12,8 +12,9 @@ Memory is measured two ways and labelled in the output:
     /proc/self/clear_refs), minus its RSS just before; compiler memory is excluded.
 The full-logit peer needs ~14 GiB at T = 8,192 x V = 151,936 by XLA's plan, more than this
 shared machine can spare, so it is executed (timed, RSS, value check) at `--run-seq` tokens
-only; at `--seq` it is compiled for the XLA numbers. Timings are wall-clock of the second execution. Keep --run-seq at least
-two chunks long, or both variants run the same single-chunk computation.
+only; at `--seq` it is compiled for the XLA numbers. Timings are wall-clock of the second
+execution. Keep --run-seq at least two chunks long, or both variants run the same
+single-chunk computation.
 
 Run (about 5 minutes on 2 busy CPU cores):
     /work/venv/bin/python benchmarks/bench_logprobs.py --seq 8192 --vocab 151936 \

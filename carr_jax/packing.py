@@ -21,8 +21,9 @@ Shapes are bucketed so a run compiles a handful of times: the row length S comes
 `PackingConfig.row_lengths`, the row count R is rounded up to a multiple of `row_multiple`
 (data-parallel size x micro-batches); with `coarse_rows` the number of such groups is
 rounded up to a value with at most 3 significant bits (1..8, 10, 12, 14, 16, 20, ...), so a
-run sees O(log R) distinct shapes at most 25% padding rows. Among the row lengths that fit the longest trajectory,
-the one with the fewest slots R * S wins (ties: the shorter rows, cheaper attention).
+run sees O(log R) distinct shapes at most 25% padding rows. Among the row lengths that fit
+the longest trajectory, the one with the fewest slots R * S wins (ties: the shorter rows,
+cheaper attention).
 Placement is first-fit-decreasing (stable, so deterministic).
 
 A trajectory longer than the longest row (L - 1 > max S): `overflow="error"` raises naming

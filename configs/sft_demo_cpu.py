@@ -19,8 +19,8 @@ turns, which is what a 1,024-token episode of the RL demo needs; the final answe
 beyond that window) and evaluates at the same context. Measured here (2 cores): 2-3.5 s per
 step, 120 steps in 4-7 min, loss 11.9 -> ~0.35; greedy evaluation on the 20 held-out
 questions: well-formed tool calls in 0.60 of the policy's turns (0.57 at a 1,536-token
-context). It does not solve the questions. scripts/demo.sh runs this before the RL demo. Configs for real runs train on whole episodes
-(configs/sft_qwen3_4b.py: 128k rows).
+context). It does not solve the questions. scripts/demo.sh runs this before the RL demo.
+Configs for real runs train on whole episodes (configs/sft_qwen3_4b.py: 128k rows).
 """
 import ml_collections
 

@@ -111,8 +111,9 @@ class ScriptedServer:
   accept_updates=False, /update_weights_from_disk reports success but the served
   weight_version stays.  /flush_cache answers 400 while `busy` is set, as SGLang does when
   its scheduler stays busy past the request's timeout.  `control` records every
-  update/flush call as (path, body or query).  Each answer echoes the prompt's last id + 1 as the single output
-  token with log-prob -0.5, after `delay` seconds.  `max_active` records peak concurrency.
+  update/flush call as (path, body or query).  Each answer echoes the prompt's last id + 1
+  as the single output token with log-prob -0.5, after `delay` seconds.  `max_active`
+  records peak concurrency.
   """
 
   def __init__(self, script=(), delay: float = 0.0, weight_version: str = "v0",

@@ -3,8 +3,8 @@
 Process 0 alone holds the packed batch (as after its rollouts); `share_batch` broadcasts it,
 each process derives the loss positions from it, `global_batch` assembles one global array
 from each process's shards, and the jitted train step (logits at the loss slots, the
-trainer's default) runs as one SPMD program over the 4 devices. Its loss, gradient norm and a parameter
-checksum must equal the same step run by this single process on 4 devices.
+trainer's default) runs as one SPMD program over the 4 devices. Its loss, gradient norm and
+a parameter checksum must equal the same step run by this single process on 4 devices.
 """
 import json
 import os
