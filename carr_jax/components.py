@@ -103,8 +103,11 @@ def engine(config: Any, params: Any, cfg: Qwen3Config, weight_version: str):
     if not r.sglang_urls:
       raise ValueError("rollout.sglang_urls is required with rollout.engine='sglang'")
     from rollout.engines.sglang import SGLangEngine
+    # An episode has at most one request in flight: the engine must not cap episodes below
+    # rollout.concurrency.
     return SGLangEngine([u.strip() for u in r.sglang_urls.split(",") if u.strip()],
-                        vocab_size=cfg.vocab_size)
+                        vocab_size=cfg.vocab_size, max_concurrency=r.concurrency,
+                        idle_timeout=r.sglang_idle_timeout)
   raise ValueError(f"rollout.engine must be 'jax' or 'sglang', got {r.engine!r}")
 
 

@@ -49,6 +49,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout = ml_collections.ConfigDict()
   c.rollout.engine = "jax"  # "jax" (in-process sampler) | "sglang" (HTTP server(s))
   c.rollout.sglang_urls = ""  # comma-separated SGLang base URLs (engine=sglang)
+  c.rollout.sglang_idle_timeout = 120.0  # s a weight sync waits for idle to flush the old cache
   c.rollout.sync_dir = ""  # where HF weights are exported for SGLang ("" = workdir/sync)
   c.rollout.tokenizer_dir = ""  # Qwen3 tokenizer dir ("" = scripts/fetch_tokenizer.sh cache)
   c.rollout.temperature = 1.0  # sampling temperature (paper: 1.0); the loss uses the same
@@ -58,7 +59,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.max_context_tokens = 65536  # whole-episode token budget (paper: 64k)
   c.rollout.max_tool_calls = 100  # tool-call limit per episode (paper: 100)
   c.rollout.stop_on_ill_formed = True  # end the episode at the first ill-formed turn
-  c.rollout.concurrency = 64  # episodes in flight at once
+  c.rollout.concurrency = 64  # episodes in flight at once (= SGLang requests in flight)
   c.rollout.max_batch = 64  # in-process engine: requests generated together
   c.rollout.dump_trajectories = True  # write workdir/trajectories/step_N.jsonl
 

@@ -72,3 +72,24 @@ def test_mesh_target_devices_is_checked():
   c = load("cgrpo_qwen3_4b", "tpu")
   with pytest.raises(ValueError, match="written for 64 devices"):
     sharding.mesh_from_config(c.mesh)
+
+
+def test_sglang_engine_takes_its_limits_from_the_rollout_section():
+  import asyncio
+  c = load("cgrpo_qwen3_4b", "tpu")
+  with c.unlocked():
+    c.rollout.engine = "sglang"
+    c.rollout.sglang_urls = "http://127.0.0.1:30000, http://127.0.0.1:30001/"
+    c.rollout.concurrency = 256
+    c.rollout.sglang_idle_timeout = 45.0
+  engine = components.engine(c, None, components.model_config(c), "0")
+  try:
+    assert engine.urls == ["http://127.0.0.1:30000", "http://127.0.0.1:30001"]
+    assert engine.max_concurrency == 256  # episodes are not capped below rollout.concurrency
+    assert engine.idle_timeout == 45.0
+  finally:
+    asyncio.run(engine.close())
+  with c.unlocked():
+    c.rollout.sglang_urls = ""
+  with pytest.raises(ValueError, match="sglang_urls is required"):
+    components.engine(c, None, components.model_config(c), "0")
