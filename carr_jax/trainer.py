@@ -29,6 +29,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import time
 from typing import Any
 
@@ -168,6 +169,7 @@ class Trainer:
                                      weight_version=str(self.start_step))
     self.writer = metrics_lib.MetricsWriter(os.path.join(self.workdir, "tb"))
     self.loop = asyncio.new_event_loop()
+    self.served_export: str | None = None  # the HF export SGLang last loaded (this run's)
     if config.rollout.engine != "jax":  # the server must serve exactly this policy first
       self.sync_weights(str(self.start_step))
 
@@ -245,6 +247,11 @@ class Trainer:
               tokenizer_dir=getattr(self.fmt.tokenizer, "name_or_path", None))
       if self.lead:
         await self.engine.update_weights_from_disk(path, version)
+        # The server holds the weights in memory now: drop the export it replaced (a 4B
+        # policy is 8 GB a step). Only this run's own exports are removed.
+        if self.served_export not in (None, path):
+          shutil.rmtree(self.served_export, ignore_errors=True)
+        self.served_export = path
     self.loop.run_until_complete(run())
 
   # ------------------------------------------------------------------ loop

@@ -50,7 +50,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.engine = "jax"  # "jax" (in-process sampler) | "sglang" (HTTP server(s))
   c.rollout.sglang_urls = ""  # comma-separated SGLang base URLs (engine=sglang)
   c.rollout.sglang_idle_timeout = 120.0  # s a weight sync waits for idle to flush the old cache
-  c.rollout.sync_dir = ""  # where HF weights are exported for SGLang ("" = workdir/sync)
+  c.rollout.sync_dir = ""  # HF exports for SGLang, latest kept ("" = workdir/sync)
   c.rollout.tokenizer_dir = ""  # Qwen3 tokenizer dir ("" = scripts/fetch_tokenizer.sh cache)
   c.rollout.temperature = 1.0  # sampling temperature (paper: 1.0); the loss uses the same
   c.rollout.top_p = 1.0  # (paper: 1.0)

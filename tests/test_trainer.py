@@ -146,6 +146,7 @@ def test_train_two_steps_with_a_real_sglang_server(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "init source: hf_weights" in proc.stderr + proc.stdout
     assert httpx.get(f"{server.url}/model_info", timeout=10).json()["weight_version"] == "2"
+    assert sorted(os.listdir(workdir / "sync")) == ["v2"]  # replaced exports are deleted
     acc = scalars(workdir)
     assert sorted({e.step for e in acc.Scalars("train/loss")}) == [1, 2]
     rows = [json.loads(l) for l in open(workdir / "trajectories" / "step_1.jsonl")]
