@@ -6,8 +6,8 @@ Import the fixtures into a test module (`from tests.sglang_server import sglang_
 port) on the first tiny model, restarts it if a test killed it, and stops it at the end; it
 skips with the reason when the SGLang venv (scripts/setup_sglang_cpu.sh) is missing.
 `ScriptedServer` is a stdlib ThreadingHTTPServer imitating /generate, /health, /model_info,
-/update_weights_from_disk and /flush_cache, whose failures (5xx, dropped connections, delays) a test
-scripts per request.
+/update_weights_from_disk and /flush_cache, whose failures (5xx, dropped connections,
+delays) a test scripts per request.
 """
 from __future__ import annotations
 
