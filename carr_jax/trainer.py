@@ -8,9 +8,10 @@ satisfaction, rendered trajectories (TEXT) and an evidence graph (IMAGES).
 
 Resume order (carr_jax.checkpointing): the workdir's latest checkpoint (state, data-loader
 position, step), else `checkpoint.init_dir`, else `model.hf_path`, else random init. A
-resumed run continues with the same parameters, optimizer state, step and questions; the
-rollout samples themselves are not bit-reproducible (episodes run concurrently, so the
-order in which they draw engine seeds depends on tool timing).
+resumed run continues with the same parameters, optimizer state, step and questions, and
+with the in-process engine it samples the same episodes as the uninterrupted run (request
+seeds hash the episode's rid and the weight version, not the arrival order; SGLang's
+sampling is seeded server-side and is not reproduced).
 
 Failure policy: a rollout the engine failed (after its retries) is never trained on; its
 whole group is dropped (its advantages would be biased) and counted in `rollout/failed`.

@@ -105,6 +105,25 @@ def test_max_new_tokens_per_request_gives_length(tiny):
   assert results[0].output_ids == greedy_reference(params, cfg, PROMPTS[0], 3)[0]
 
 
+def test_samples_follow_the_rid_not_the_call_order(tiny):
+  """A resumed run reaches the engine in another order and batching: the draws of a request
+  depend only on (engine seed, weight version, rid)."""
+  cfg, params = tiny
+  sp = SamplingParams(temperature=1.0, max_new_tokens=8, stop_token_ids=())
+  rids = ["q0/0/0", "q0/1/0", "q1/0/2"]
+
+  def sample(engine, order):
+    async def go():
+      return await asyncio.gather(*(engine.generate(PROMPTS[i], sp, rids[i]) for i in order))
+    return {r.rid: r.output_ids for r in run(go())}
+
+  first = sample(JaxEngine(params, cfg, max_batch=4, seed=3), [0, 1, 2])
+  again = sample(JaxEngine(params, cfg, max_batch=1, seed=3), [2, 0, 1])
+  assert first == again
+  later = sample(JaxEngine(params, cfg, max_batch=4, seed=3, weight_version="5"), [0, 1, 2])
+  assert later != first  # the next step's episodes (same rids, new version) draw anew
+
+
 def test_sampling_is_reproducible_and_stays_in_top_p(tiny):
   cfg, params = tiny
   sp = SamplingParams(temperature=0.8, top_p=0.6, max_new_tokens=8, stop_token_ids=())

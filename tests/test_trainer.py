@@ -3,7 +3,8 @@
 `python -m carr_jax.train` runs as a subprocess; it is SIGKILLed as soon as the checkpoint of
 step 1 is on disk and then started again with the same command: it must resume at step 1
 (not redo it), finish step 2, and leave TensorBoard scalars for steps 1 and 2, judge
-breakdowns for every trajectory, and a final checkpoint. A `tensorboard` process started on
+breakdowns for every trajectory, and a final checkpoint. Its step-2 episodes must be exactly
+those of the same run left uninterrupted (engine seeds follow the episode, not the timing). A `tensorboard` process started on
 the workdir must serve the scalar, text and image tags over HTTP.
 """
 import json
@@ -86,6 +87,17 @@ def test_train_kill_resume_and_tensorboard(tmp_path):
     assert all(r["judge"]["backend"].startswith("gold") for r in rows)
     assert all(r["judge"]["outcome_reason"] != "not judged" for r in rows)
   check_tensorboard_serves(workdir)
+
+  straight = tmp_path / "straight"
+  whole = subprocess.run(train_cmd(straight), cwd=REPO, env=_env(), capture_output=True,
+                         text=True, timeout=900)
+  assert whole.returncode == 0, whole.stderr[-3000:]
+
+  def episodes(run_dir):
+    rows = [json.loads(l) for l in open(run_dir / "trajectories" / "step_1.jsonl")]
+    return {(r["prompt_id"], r["sample_index"]): (r["token_ids"], r["weight_version"])
+            for r in rows}
+  assert episodes(workdir) == episodes(straight)
 
 
 def _free_port():

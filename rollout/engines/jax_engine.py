@@ -18,9 +18,13 @@ requests) keeps going meanwhile.
 Shapes are bucketed to powers of two (rows, prompt length, new tokens, stop-id slots) so a
 run compiles a handful of times; padding rows generate nothing.
 
-Randomness: each request draws a 32-bit seed from the engine's seeded generator in the order
-`generate` is called, and row draws depend only on that seed and the step, so a fixed engine
-seed and call order reproduce the samples whatever the batch composition.
+Randomness: a request's 32-bit seed hashes the engine seed, the weight version served when it
+is submitted and its rid (`request_seed`), and row draws depend only on that seed and the
+decode step.  The agent's rids name the episode and turn (prompt/sample/turn), so samples are
+reproduced whatever the batch composition and the order in which concurrent episodes reach
+the engine; a run resumed from a checkpoint samples what the uninterrupted run sampled.
+Requests without a rid are numbered in call order.  The same rid at the same weight version
+gives the same draws.
 
 Aborting: a queued request returns at once with finish_reason "abort"; a request whose batch
 is already running finishes on device (the decode loop cannot be interrupted) and is then
@@ -35,7 +39,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import uuid
+import hashlib
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,6 +106,12 @@ def _unpack(out: dict[str, np.ndarray], batch: Sequence[_Request],
   return results
 
 
+def request_seed(seed: int, weight_version: str, rid: str) -> int:
+  """The 32-bit sampling seed of request `rid` (stable across processes and runs)."""
+  digest = hashlib.blake2b(f"{seed}/{weight_version}/{rid}".encode(), digest_size=4).digest()
+  return int.from_bytes(digest, "little")
+
+
 class JaxEngine(Engine):
   """Batched in-process generation with a Qwen3 params tree (see the module docstring)."""
 
@@ -115,7 +126,8 @@ class JaxEngine(Engine):
     self.max_total_len = max_total_len or cfg.max_position_embeddings
     self.min_len_bucket = min_len_bucket
     self._params, self._version = params, str(weight_version)
-    self._seeds = np.random.default_rng(seed)
+    self.seed = seed
+    self._anonymous = itertools.count()  # rids of requests sent without one
     self._queue: collections.deque[_Request] = collections.deque()
     self._running: dict[str, _Request] = {}
     self._wake: asyncio.Event | None = None
@@ -128,7 +140,7 @@ class JaxEngine(Engine):
   async def generate(self, prompt_ids: Sequence[int], params: SamplingParams,
                      rid: str | None = None) -> GenerationResult:
     validate_token_ids(prompt_ids, self.vocab_size)
-    rid = rid or uuid.uuid4().hex
+    rid = rid or f"anonymous-{next(self._anonymous)}"
     total = len(prompt_ids) + params.max_new_tokens
     if total > self.max_total_len:
       return GenerationResult(
@@ -137,7 +149,8 @@ class JaxEngine(Engine):
           error=(f"prompt_ids ({len(prompt_ids)}) + max_new_tokens ({params.max_new_tokens}) "
                  f"= {total} exceeds max_total_len {self.max_total_len}"))
     self._start_worker()
-    request = _Request(list(prompt_ids), params, rid, int(self._seeds.integers(2**32)),
+    request = _Request(list(prompt_ids), params, rid,
+                       request_seed(self.seed, self._version, rid),
                        asyncio.get_running_loop().create_future())
     self._queue.append(request)
     self._wake.set()
