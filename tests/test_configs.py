@@ -4,6 +4,7 @@ For each config (and each variant argument it documents) the model is built only
 (`jax.eval_shape`) and every parameter must match a sharding rule whose axes divide it on the
 mesh the config declares for its target device count.
 """
+import asyncio
 import importlib
 import math
 
@@ -75,7 +76,6 @@ def test_mesh_target_devices_is_checked():
 
 
 def test_sglang_engine_takes_its_limits_from_the_rollout_section():
-  import asyncio
   c = load("cgrpo_qwen3_4b", "tpu")
   with c.unlocked():
     c.rollout.engine = "sglang"

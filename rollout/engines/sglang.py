@@ -246,9 +246,8 @@ class SGLangEngine(Engine):
             "POST", "/update_weights_from_disk",
             {"model_path": model_path, "weight_version": weight_version, "flush_cache": False},
             url=url)
-      except SGLangError as e:
-        raise WeightUpdateError(f"{url}: update_weights_from_disk({model_path}) failed: "
-                                f"{e}") from None
+      except SGLangError as e:  # SGLang answers a failed load with a 4xx
+        body = {"success": False, "message": str(e)}
       if not body.get("success"):
         raise WeightUpdateError(f"{url}: update_weights_from_disk({model_path}) failed: "
                                 f"{body.get('message')}")
