@@ -28,7 +28,26 @@ def model_config(config: Any) -> Qwen3Config:
     from carr_jax.hf_config import read_hf_config
     cfg = read_hf_config(m.hf_path, param_dtype=m.param_dtype, compute_dtype=m.compute_dtype,
                          remat=m.remat, moe_impl=m.moe_impl)
-  return cfg
+  return cfg.replace(output_ids=output_ids(config))
+
+
+def output_ids(config: Any) -> tuple[int, ...]:
+  """`model.output_vocab` -> `Qwen3Config.output_ids` (carr_jax.output_vocab); () = full."""
+  vocab = config.model.output_vocab
+  if vocab == "full":
+    return ()
+  if vocab != "world":
+    raise ValueError(f"model.output_vocab must be 'full' or 'world', got {vocab!r}")
+  if config.rollout.engine != "jax":
+    raise ValueError(f"model.output_vocab={vocab!r} needs rollout.engine='jax' (SGLang samples "
+                     "from the full vocabulary)")
+  if config.data.source != "world":
+    raise ValueError(f"model.output_vocab={vocab!r} needs data.source='world'")
+  from carr_jax import data as data_lib
+  from carr_jax.output_vocab import world_output_ids
+  from rollout.chat import ChatFormat
+  train, evals, corpus = data_lib.load_tasks(config.data)  # the same ids for SFT and RL
+  return world_output_ids(train, evals, corpus, ChatFormat(tokenizer(config)))
 
 
 def optim_config(config: Any) -> ts.OptimConfig:
@@ -100,6 +119,8 @@ def engine(config: Any, params: Any, cfg: Qwen3Config, weight_version: str):
     return JaxEngine(params, cfg, weight_version=weight_version, max_batch=r.max_batch,
                      seed=config.seed, max_total_len=r.max_context_tokens)
   if r.engine == "sglang":
+    if cfg.output_ids:
+      raise ValueError("model.output_vocab must be 'full' with rollout.engine='sglang'")
     if not r.sglang_urls:
       raise ValueError("rollout.sglang_urls is required with rollout.engine='sglang'")
     from rollout.engines.sglang import SGLangEngine

@@ -65,7 +65,11 @@ def load_tasks(data_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
   if data_cfg.source == "world":
     from carr_jax.world import build_world
     world = build_world(data_cfg.world_seed, data_cfg.world_entities, data_cfg.world_questions,
-                        eval_fraction=data_cfg.world_eval_fraction)
+                        eval_fraction=data_cfg.world_eval_fraction,
+                        shortcut_fraction=data_cfg.world_shortcut_fraction,
+                        min_hops=data_cfg.world_min_hops, max_hops=data_cfg.world_max_hops,
+                        style=data_cfg.world_style, locality=data_cfg.world_locality,
+                        distractors=data_cfg.world_distractors)
     return world.train, world.eval, world.corpus()
   if data_cfg.source != "jsonl":
     raise DataError(f"data.source must be 'world' or 'jsonl', got {data_cfg.source!r}")

@@ -15,8 +15,15 @@ XLA's CPU dots want; [L, B, S, K, H] made XLA transpose a copy of every layer's 
 Columns at or beyond a row's length hold garbage (prompt padding) and are masked out; decode
 overwrites them in order.
 
+Restricted output vocabulary (`cfg.output_ids`, V' ids): `prefill` / `decode_step` return
+logits over those V' columns only, `sample_tokens` draws a column, and `generate` maps it back
+to its token id (`model.output_token_ids`) before storing it, matching stop ids and feeding it
+back; its log-probs are over the subset, the distribution the train step scores
+(`train_step.target_logprobs`). Without `output_ids`, V' = V and columns are token ids.
+
 Sampling (`sample_tokens`) follows SGLang 0.5.23 (see rollout/engines/sglang.py): the
-returned log-prob of a sampled token is log softmax(logits / temperature) over the full vocab,
+returned log-prob of a sampled token is log softmax(logits / temperature) over the full vocab
+(the V' ids with `cfg.output_ids`),
 i.e. after temperature scaling and before top-k/top-p truncation; greedy rows (temperature 0)
 take the argmax and report log_softmax(logits). Top-k keeps ranks < k (k <= 0: all); top-p
 keeps a token when the probability mass strictly above it is <= top_p (the top token always).
@@ -39,8 +46,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from carr_jax.model import (_experts_dense, _experts_ragged, rms_norm, rope, route,
-                            unembed_matrix)
+from carr_jax.model import (_experts_dense, _experts_ragged, output_token_ids, rms_norm, rope,
+                            route, unembed_matrix)
 from carr_jax.model_config import Qwen3Config
 
 _NEG_INF = float(jnp.finfo(jnp.float32).min)
@@ -114,7 +121,8 @@ def _embed(params: dict, cfg: Qwen3Config, tokens: jax.Array) -> jax.Array:
 
 
 def _logits(params: dict, cfg: Qwen3Config, x: jax.Array) -> jax.Array:
-  """Un-normed hidden [B, D] -> fp32 logits [B, V] (final RMSNorm, then the unembedding)."""
+  """Un-normed hidden [B, D] -> fp32 logits [B, V'] (final RMSNorm, then the unembedding over
+  `cfg.output_ids`, or all V ids)."""
   h = rms_norm(x, params["final_norm"]["scale"], cfg.rms_norm_eps, jnp.dtype(cfg.compute_dtype))
   return jnp.einsum("BD,DV->BV", h.astype(jnp.float32),
                     unembed_matrix(params, cfg).astype(jnp.float32))
@@ -126,7 +134,7 @@ def prefill(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arra
             cache: dict) -> tuple[jax.Array, dict]:
   """Runs right-padded prompts tokens [B, T] (lengths [B] >= 1) into an EMPTY cache.
 
-  Returns (fp32 logits [B, V] of each row's last prompt token, cache with lengths set).
+  Returns (fp32 logits [B, V'] of each row's last prompt token, cache with lengths set).
   """
   b, t = tokens.shape
   cols = jnp.arange(t)
@@ -150,7 +158,7 @@ def prefill(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arra
 
 def decode_step(params: dict, cfg: Qwen3Config, token: jax.Array,
                 cache: dict) -> tuple[jax.Array, dict]:
-  """Appends token [B] at column cache["lengths"] of each row -> (fp32 logits [B, V], cache)."""
+  """Appends token [B] at column cache["lengths"] of each row -> (fp32 logits [B, V'], cache)."""
   b = token.shape[0]
   pos = cache["lengths"]  # [B] position (= column) of the new token
   rows = jnp.arange(b)
@@ -196,7 +204,10 @@ def _filtered_choice(keys, logprobs, top_p, top_k):
 def sample_tokens(logits: jax.Array, keys: jax.Array, temperature: jax.Array,
                   top_p: jax.Array, top_k: jax.Array) -> tuple[jax.Array, jax.Array]:
   """One token per row. logits [B, V] fp32; keys [B] PRNG keys; temperature/top_p [B] f32;
-  top_k [B] int32 -> (tokens [B] int32, log-probs [B] fp32 as in the module docstring)."""
+  top_k [B] int32 -> (tokens [B] int32, log-probs [B] fp32 as in the module docstring).
+
+  Tokens are indices into the logits' last axis: columns of V' under `cfg.output_ids`.
+  """
   greedy = temperature <= 0.0
   scale = jnp.where(greedy, 1.0, temperature)
   logprobs = jax.nn.log_softmax(logits / scale[:, None], axis=-1)  # [B, V]
@@ -237,7 +248,8 @@ def generate(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arr
   def body(state):
     step = state["step"]
     keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, step)
-    tok, logp = sample_tokens(state["logits"], keys, temperature, top_p, top_k)
+    column, logp = sample_tokens(state["logits"], keys, temperature, top_p, top_k)
+    tok = output_token_ids(cfg, column)  # [B] token ids (columns of V' -> ids)
     active = ~state["done"]
     out_tokens = state["tokens"].at[:, step].set(jnp.where(active, tok, 0))
     out_logp = state["logprobs"].at[:, step].set(jnp.where(active, logp, 0.0))

@@ -8,7 +8,7 @@ connected (counts toward the rubric reward).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import matplotlib
 
@@ -16,6 +16,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
+
+from judge.breakdown import RubricScore  # noqa: E402
+from judge.rubric_graph import placeholders  # noqa: E402
 
 _COLOURS = {"none": "#b0b0b0", "identified": "#f5a623", "supported": "#4a90d9",
             "connected": "#3cb371"}
@@ -29,9 +32,17 @@ def _rubric_state(rubric: Any) -> str:
   return "identified" if rubric.identified else "none"
 
 
-def evidence_graph(breakdown: Any) -> nx.Graph:
+def _scores(breakdown: Any, rubrics: Sequence[str]) -> list[Any]:
+  """The breakdown's rubric scores; when it has none (the judge stopped before scoring them:
+  no usable citation, an error), the question's rubrics, all unidentified."""
+  if breakdown.rubrics or not rubrics:
+    return list(breakdown.rubrics)
+  return [RubricScore(i, text, placeholders(text)) for i, text in enumerate(rubrics)]
+
+
+def evidence_graph(breakdown: Any, rubrics: Sequence[str] = ()) -> nx.Graph:
   graph = nx.Graph()
-  for rubric in breakdown.rubrics:
+  for rubric in _scores(breakdown, rubrics):
     node = f"R{rubric.index}"
     graph.add_node(node, kind="rubric", state=_rubric_state(rubric))
     for entity in rubric.placeholders:
@@ -41,9 +52,11 @@ def evidence_graph(breakdown: Any) -> nx.Graph:
   return graph
 
 
-def render_evidence_graph(breakdown: Any, size: tuple[float, float] = (6.0, 4.5)) -> np.ndarray:
-  """[H, W, 3] uint8 image of the evidence graph of one judged trajectory."""
-  graph = evidence_graph(breakdown)
+def render_evidence_graph(breakdown: Any, rubrics: Sequence[str] = (),
+                          size: tuple[float, float] = (6.0, 4.5)) -> np.ndarray:
+  """[H, W, 3] uint8 image of the evidence graph of one judged trajectory; `rubrics` (the
+  question's rubric texts) draw the graph even when the judge scored no rubric."""
+  graph = evidence_graph(breakdown, rubrics)
   fig, ax = plt.subplots(figsize=size, dpi=100)
   try:
     ax.set_axis_off()

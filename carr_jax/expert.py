@@ -6,7 +6,8 @@ prints the gold judge's mean outcome and rubric reward of the episodes it wrote.
 
 The expert knows the world's gold annotations (`metadata.gold`, docs/design.md section 3) and
 walks the question's chain hop by hop through a real `BrowserSession` over the world corpus,
-from the head entity En (the one the question describes first) inward to the answer E0:
+from the head entity En (the one the question describes first) inward to the answer E0,
+skipping entities whose page proves no rubric:
 
   search the entity's name -> open the result that is its page (by result number, or by URL
   when the search did not list it) -> find the next entity's name on that page, when it is
@@ -56,6 +57,7 @@ class ExpertError(RuntimeError):
 class ExpertConfig:
   search_results: int = 3  # `num` of every search: the name query ranks the page first
   use_find: bool = True  # confirm each hop's link with browser.find before moving on
+  answer: str = "evidence"  # "evidence" (each rubric's sentence, cited) | "brief" (see below)
 
 
 @dataclasses.dataclass
@@ -119,8 +121,16 @@ async def _visit(ep: _Episode, entity: Mapping, next_entity: Mapping | None,
       await ep.act(FIND_THOUGHT, "browser.find", {"pattern": target})
 
 
-def final_answer(gold: Mapping, opened_urls: Sequence[str]) -> str:
-  """The three-section reply: evidence with [[n](url)] citations, exact answer, references."""
+def final_answer(gold: Mapping, opened_urls: Sequence[str], style: str = "evidence") -> str:
+  """The three-section reply: evidence with [[n](url)] citations, exact answer, references.
+
+  "evidence" states each rubric's evidence sentence with its citation; "brief" names each
+  cited page's entity once, with its citation (the judge reads the cited pages themselves,
+  so both earn the same rubric reward; brief answers are short enough for a tiny policy).
+  """
+  if style not in ("evidence", "brief"):
+    raise ExpertError(f"expert answer style must be 'evidence' or 'brief', got {style!r}")
+  names = {e["url"]: e["name"] for e in gold["entities"].values()}
   cited: list[str] = []
   lines = []
   for url in opened_urls:  # chain order: the head's page first
@@ -128,6 +138,8 @@ def final_answer(gold: Mapping, opened_urls: Sequence[str]) -> str:
     if not evidence:
       continue
     cited.append(url)
+    if style == "brief":
+      evidence = [names[url]]
     lines += [f"{sentence} [[{len(cited)}]({url})]" for sentence in evidence]
   answer = gold["entities"]["E0"]["name"]
   references = "\n".join(f"{k}. {url}" for k, url in enumerate(cited, 1))
@@ -149,10 +161,13 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
   traj = Trajectory.start(str(record["id"]), sample_index, fmt.prompt_ids(messages, tools),
                           messages, EXPERT_VERSION)
   ep = _Episode(traj, session, fmt)
+  # Only pages that prove some rubric are visited (an answer city has no noun rubric: its
+  # name is read off the previous page).
+  chain = [e for e in chain if any(r["url"] == e["url"] for r in gold["rubrics"])]
   for i, entity in enumerate(chain):
     await _visit(ep, entity, chain[i + 1] if i + 1 < len(chain) else None, cfg)
   opened = [e["url"] for e in chain]
-  ep.answer(ANSWER_THOUGHT, final_answer(gold, opened))
+  ep.answer(ANSWER_THOUGHT, final_answer(gold, opened, cfg.answer))
   traj.total_s = time.perf_counter() - start
   return {**traj.to_record(), "tools": tools}
 

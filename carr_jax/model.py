@@ -13,6 +13,11 @@ Positions are given by the caller (restarting at 0 per segment, see `carr_jax.pa
 Numerics: parameters are stored in `param_dtype` and cast to `compute_dtype` for matmuls;
 RMSNorm, RoPE tables, attention softmax, router softmax and logits are fp32, as in HF.
 
+Restricted output vocabulary (`cfg.output_ids`, V' sorted ids; empty = all V): the train step
+and the sampler use `unembed_matrix` (the [D, V'] columns of those ids) and map token ids to
+their column with `output_positions` and back with `output_token_ids`. `Qwen3.logits` and
+`forward_logits` stay full-vocabulary on purpose: they are the HF-parity reference.
+
 MoE paths (both exact, both run on CPU/GPU/TPU; `moe_impl` picks one):
 - "ragged" (default): tokens are sorted by expert and multiplied with `jax.lax.ragged_dot`
   (a grouped matmul). Cost model: 3 * T*k * D * F multiply-adds (T tokens, k experts per
@@ -28,6 +33,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from carr_jax.model_config import Qwen3Config
 from carr_jax.sharding import BATCH, shard
@@ -269,7 +275,10 @@ class Qwen3(nn.Module):
     return self.hidden_and_aux(tokens, positions, segment_ids)[0]
 
   def unembed(self) -> jax.Array:
-    """The [D, V] output projection (the tied embedding transposed, or lm_head)."""
+    """The full [D, V] output projection (the tied embedding transposed, or lm_head).
+
+    Ignores `cfg.output_ids`: `logits` is the full-vocabulary HF-parity reference.
+    """
     if self.cfg.tie_word_embeddings:
       return self.embedding["embedding"].T
     return self.lm_head["kernel"]
@@ -294,17 +303,50 @@ def router_aux_loss(stats, cfg: Qwen3Config) -> jax.Array:
 
 
 def forward_logits(params, cfg: Qwen3Config, tokens, positions, segment_ids) -> jax.Array:
-  """Convenience: fp32 logits [B, T, V] (materialises the vocab axis)."""
+  """Convenience: fp32 logits [B, T, V] over the FULL vocabulary, whatever `cfg.output_ids`
+  (materialises the vocab axis; the HF-parity reference)."""
   model = Qwen3(cfg)
   hidden = model.apply({"params": params}, tokens, positions, segment_ids)
   return model.apply({"params": params}, hidden, method=Qwen3.logits)
 
 
 def unembed_matrix(params, cfg: Qwen3Config) -> jax.Array:
-  """The [D, V] output projection from a params tree."""
+  """The [D, V'] output projection from a params tree: all V columns, or the columns of
+  `cfg.output_ids` (a gather, so gradients reach only those columns)."""
   if cfg.tie_word_embeddings:
-    return params["embed"]["embedding"].T
-  return params["lm_head"]["kernel"]
+    table = params["embed"]["embedding"]  # [V, D]
+    if cfg.output_ids:
+      table = jnp.take(table, _ids_array(cfg), axis=0)  # [V', D]
+    return table.T
+  kernel = params["lm_head"]["kernel"]  # [D, V]
+  if cfg.output_ids:
+    kernel = jnp.take(kernel, _ids_array(cfg), axis=1)  # [D, V']
+  return kernel
+
+
+def _ids_array(cfg: Qwen3Config) -> jax.Array:
+  return jnp.asarray(np.asarray(cfg.output_ids, np.int32))  # [V'] sorted
+
+
+def output_positions(cfg: Qwen3Config, token_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Token ids [...] -> (their column in `unembed_matrix` [...] int32, in the subset [...] bool).
+
+  Identity and all-True without `cfg.output_ids`. An id outside the subset gets some valid
+  column (never read as its log-prob when the caller masks it; see
+  `carr_jax.output_vocab.check_output_vocab`).
+  """
+  token_ids = jnp.asarray(token_ids, jnp.int32)
+  if not cfg.output_ids:
+    return token_ids, jnp.ones(token_ids.shape, jnp.bool_)
+  ids = _ids_array(cfg)
+  positions = jnp.minimum(jnp.searchsorted(ids, token_ids), ids.shape[0] - 1).astype(jnp.int32)
+  return positions, ids[positions] == token_ids
+
+
+def output_token_ids(cfg: Qwen3Config, positions: jax.Array) -> jax.Array:
+  """Columns of `unembed_matrix` [...] -> token ids [...] int32 (`cfg.output_ids[pos]`)."""
+  positions = jnp.asarray(positions, jnp.int32)
+  return _ids_array(cfg)[positions] if cfg.output_ids else positions
 
 
 def init_params(cfg: Qwen3Config, rng: jax.Array):

@@ -4,6 +4,12 @@
 and rematerialization policy of the Flax model. Presets: the two policies of the paper
 (`qwen3_4b_thinking_2507`, `qwen3_30b_a3b_thinking_2507`, values from their hub configs) and
 tiny sizes for tests and the CPU demo. `get_preset(name)` is the one lookup.
+
+One field is not architecture: `output_ids`, an optional restricted output vocabulary (the
+softmax of training and sampling covers only those token ids; embeddings, parameters and the
+HF export stay full-vocabulary; `carr_jax.output_vocab`). It belongs to a run, not to the
+model: HF config export and checkpoints never write it (`to_json_dict`), reading either
+leaves it empty.
 """
 from __future__ import annotations
 
@@ -35,6 +41,20 @@ class Qwen3Config:
   param_dtype: str = "float32"
   compute_dtype: str = "float32"  # bf16 on accelerators; norms/softmax/logits stay fp32
   remat: str = "none"  # "none" | "full" (recompute each layer in the backward pass)
+  # Restricted output vocabulary: sorted unique token ids (V' of them) the output softmax
+  # covers; () = all vocab_size ids. Not architecture (see the module docstring).
+  output_ids: tuple[int, ...] = ()
+
+  def __post_init__(self):
+    ids = tuple(int(i) for i in self.output_ids)  # lists / numpy ints -> a hashable tuple
+    object.__setattr__(self, "output_ids", ids)
+    bad = next((k for k in range(1, len(ids)) if ids[k] <= ids[k - 1]), None)
+    if bad is not None:
+      raise ValueError(f"Qwen3Config.output_ids must be sorted and unique, but entry {bad} "
+                       f"({ids[bad]}) follows {ids[bad - 1]}")
+    if ids and (ids[0] < 0 or ids[-1] >= self.vocab_size):
+      raise ValueError(f"Qwen3Config.output_ids must lie in [0, vocab_size={self.vocab_size}), "
+                       f"got ids from {ids[0]} to {ids[-1]}")
 
   @property
   def is_moe(self) -> bool:
@@ -42,6 +62,13 @@ class Qwen3Config:
 
   def replace(self, **kw: Any) -> "Qwen3Config":
     return dataclasses.replace(self, **kw)
+
+  def to_json_dict(self) -> dict[str, Any]:
+    """The fields a checkpoint stores: all but the run-only `output_ids`."""
+    return {k: v for k, v in dataclasses.asdict(self).items() if k not in RUN_ONLY_FIELDS}
+
+
+RUN_ONLY_FIELDS = ("output_ids",)  # Qwen3Config fields never written to disk
 
 
 _PRESETS = {
@@ -63,6 +90,11 @@ _PRESETS = {
         vocab_size=151_936, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
         head_dim=32, intermediate_size=128, rope_theta=10_000_000.0, num_experts=8,
         num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True),
+    # The CPU demo's policy: small enough to train in minutes on 2 cores, deep enough to copy
+    # names from pages into tool calls (induction needs 2+ layers).
+    "demo_dense": Qwen3Config(
+        vocab_size=151_936, hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2,
+        head_dim=32, intermediate_size=384, rope_theta=1_000_000.0, tie_word_embeddings=True),
     # ~50M parameters (embeddings included): the benchmark size.
     "bench_50m": Qwen3Config(
         vocab_size=32_768, hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,

@@ -14,7 +14,8 @@ RL mask semantics), normalized by the number of such tokens in the WHOLE global 
 the C-GRPO loss (so micro-batches and devices change nothing; tests/test_sft.py). Logits are
 built only at the loss positions (`packing.loss_positions`, `batch.loss_positions_multiple`,
 `train_step.target_logprobs`), which is the whole unembedding saving for trajectories where
-most tokens are tool observations.
+most tokens are tool observations. With a restricted output vocabulary (`model.output_vocab`,
+carr_jax/output_vocab.py) every batch's loss tokens must lie in it (`make_batch` checks).
 
 Everything else is the RL trainer's machinery: model, optimizer (`train_step.make_optimizer`,
 paper SFT: lr 4e-5), sharded state (`train_step.create_train_state`), packing into bucketed
@@ -39,6 +40,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from carr_jax import components
 from carr_jax import data as data_lib
 from carr_jax import metrics as metrics_lib
+from carr_jax import output_vocab
 from carr_jax import packing
 from carr_jax import sft_data
 from carr_jax import train_step as ts
@@ -107,16 +109,19 @@ def make_sft_step(cfg: Qwen3Config, step_cfg: SFTStepConfig, tx, mesh, shardings
   return run
 
 
-def make_batch(examples, pack_cfg: packing.PackingConfig,
-               loss_multiple: int = 128) -> tuple[dict, dict]:
+def make_batch(examples, pack_cfg: packing.PackingConfig, loss_multiple: int = 128,
+               cfg: Qwen3Config | None = None) -> tuple[dict, dict]:
   """Packs examples into [R, S] rows plus loss positions. Returns (batch, packing stats).
 
-  `loss_multiple` 0 means K = S (still only the loss slots, padded to the row length).
+  `loss_multiple` 0 means K = S (still only the loss slots, padded to the row length). With
+  `cfg`, every packed loss token must be in its restricted output vocabulary (ValueError).
   """
   records = [{"token_ids": e["token_ids"], "loss_mask": e["loss_mask"],
               "rollout_logprobs": [0.0] * len(e["token_ids"])} for e in examples]
   packed = packing.pack_trajectories(records, np.ones(len(records)), pack_cfg)
   arrays = packed.arrays()
+  if cfg is not None:
+    output_vocab.check_output_vocab(cfg, arrays["targets"], arrays["loss_mask"])
   index, valid = packing.loss_positions(arrays["loss_mask"],
                                         loss_multiple or arrays["loss_mask"].shape[1])
   batch = {k: arrays[k] for k in ("tokens", "positions", "segment_ids", "targets")}
@@ -135,7 +140,8 @@ def sft_examples(config, fmt, workdir: str) -> list[dict]:
     train = [r for r in train if r["metadata"]["gold"]["hops"] <= s.expert_max_hops]
     trajs = asyncio.run(expert_trajectories(
         train, CorpusBackend.from_records(corpus), fmt,
-        ExpertConfig(search_results=s.expert_search_results, use_find=s.expert_find)))
+        ExpertConfig(search_results=s.expert_search_results, use_find=s.expert_find,
+                     answer=s.expert_answer)))
     if jax.process_index() == 0:
       write_jsonl(os.path.join(workdir, "expert_trajectories.jsonl"), trajs)
     return [{"id": t["prompt_id"], "token_ids": t["token_ids"], "loss_mask": t["loss_mask"]}
@@ -187,7 +193,7 @@ class SFTTrainer:
     for step in range(self.start_step, self.num_steps):
       t0 = time.perf_counter()
       batch, stats = make_batch(self.loader.next(), self.pack_cfg,
-                                self.config.batch.loss_positions_multiple)
+                                self.config.batch.loss_positions_multiple, self.cfg)
       self.state, out = self.step(self.state, batch)
       metrics = {f"train/{k}": float(v) for k, v in jax.device_get(out).items()}
       metrics_lib.check_finite(metrics, step + 1, ["train/loss", "train/grad_norm"])

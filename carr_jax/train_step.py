@@ -179,6 +179,9 @@ def target_logprobs(params, cfg: Qwen3Config, batch, temperature: float, chunk: 
   """(log-probs of the targets, entropy, router aux loss) of a packed batch.
 
   At every slot ([R, S] each), or with `gather` only at batch["loss_index"] ([R, K] each).
+  With `cfg.output_ids` both are over that subset of the vocabulary (the distribution
+  `carr_jax.decode` samples from); a target outside it gets an arbitrary finite value, so
+  loss-position targets must be checked on the host (`output_vocab.check_output_vocab`).
   """
   model = model_lib.Qwen3(cfg)
   hidden, aux = model.apply({"params": params}, batch["tokens"], batch["positions"],
@@ -188,9 +191,10 @@ def target_logprobs(params, cfg: Qwen3Config, batch, temperature: float, chunk: 
     index = batch["loss_index"]  # [R, K]
     hidden = jnp.take_along_axis(hidden, index[..., None], axis=1)  # [R, K, D]
     targets = jnp.take_along_axis(targets, index, axis=1)  # [R, K]
+  columns, _ = model_lib.output_positions(cfg, targets)  # target ids -> columns of V'
   logp, entropy = loss_lib.chunked_token_logprobs(
-      hidden, model_lib.unembed_matrix(params, cfg), targets, temperature=temperature,
-      chunk_size=chunk)
+      hidden, model_lib.unembed_matrix(params, cfg), columns, temperature=temperature,
+      chunk_size=chunk)  # unembed [D, V']
   return logp, entropy, aux
 
 

@@ -3,8 +3,10 @@
 One step: next questions -> G rollouts each (engine + browser tools) -> CaRR judge ->
 C-GRPO rewards and group advantages -> packed [R, S] rows -> old (and reference) log-probs
 -> jitted sharded train step -> weight sync to the engine -> metrics -> checkpoint; every
-`train.eval_every` steps an evaluation on held-out questions writes accuracy, rubric
-satisfaction, rendered trajectories (TEXT) and an evidence graph (IMAGES).
+`train.eval_every` steps (and before the first step and after the last) an evaluation on
+held-out questions writes accuracy, rubric satisfaction, rendered trajectories (TEXT) and an
+evidence graph (IMAGES), and keeps per-question accuracy (`carr_jax.heldout`). The run ends
+with a summary: what was trained, held-out accuracy at the start and the end, output paths.
 
 Resume order (carr_jax.checkpointing): the workdir's latest checkpoint (state, data-loader
 position, step), else `checkpoint.init_dir`, else `model.hf_path`, else random init. A
@@ -40,7 +42,9 @@ import numpy as np
 from carr_jax import checkpointing as ckpt_lib
 from carr_jax import components
 from carr_jax import data as data_lib
+from carr_jax import heldout
 from carr_jax import metrics as metrics_lib
+from carr_jax import output_vocab
 from carr_jax import packing
 from carr_jax import rewards
 from carr_jax import sharding
@@ -211,6 +215,7 @@ class Trainer:
                                        adv.advantages.reshape(-1)[keep], self.pack_cfg)
     metrics.update({f"train/packing_{k}": float(v) for k, v in packed.stats().items()})
     batch = packed.arrays()
+    output_vocab.check_output_vocab(self.cfg, batch["targets"], batch["loss_mask"])
     batch["loss_mask"] = batch["loss_mask"].astype(np.float32)
     return batch, metrics
 
@@ -258,20 +263,27 @@ class Trainer:
   # ------------------------------------------------------------------ loop
 
   def evaluate(self, step: int) -> dict:
+    """The policy on the first `train.eval_questions` held-out questions; saved per question."""
     n = min(self.config.train.eval_questions, len(self.eval_records))
     if not n or not self.lead:
       return {}
-    records = self.eval_records[:n]
-    groups, breakdowns, _ = self.collect(records, self.config.train.eval_samples, step)
+    records, k = self.eval_records[:n], self.config.train.eval_samples
+    groups, breakdowns, _ = self.collect(records, k, step)
     flat = [t for group in groups for t in group]
+    threshold = self.config.reward.shortcut_threshold
+    accuracy = heldout.per_question_accuracy(breakdowns, n)
     metrics = {**step_stats.rollout_metrics(flat, "eval/"),
-               **step_stats.judge_metrics(breakdowns, self.config.reward.shortcut_threshold,
-                                          "eval/")}
-    for k in range(min(self.config.train.text_samples, len(flat))):
-      self.writer.text(step, f"eval/trajectory_{k}",
-                       step_stats.render_trajectory_markdown(flat[k], breakdowns[k]))
+               **step_stats.judge_metrics(breakdowns, threshold, "eval/"),
+               **heldout.shortcut_subset_metrics(records, breakdowns, threshold),
+               "eval/accuracy": float(np.mean(accuracy))}
+    heldout.save(self.workdir, step, accuracy, k, metrics)
+    for i in range(min(self.config.train.text_samples, len(flat))):
+      self.writer.text(step, f"eval/trajectory_{i}",
+                       step_stats.render_trajectory_markdown(flat[i], breakdowns[i]))
     best = max(range(len(flat)), key=lambda i: breakdowns[i].rubric_reward)
-    self.writer.image(step, "eval/evidence_graph", render_evidence_graph(breakdowns[best]))
+    rubrics = records[best // k]["metadata"]["remote_env_info"]["rubrics"]
+    self.writer.image(step, "eval/evidence_graph",
+                      render_evidence_graph(breakdowns[best], rubrics))
     return metrics
 
   def dump(self, step: int, groups, breakdowns) -> None:
@@ -287,6 +299,8 @@ class Trainer:
   def run(self) -> dict:
     if self.start_step == 0:
       self.writer.hparams(self.config.to_dict())
+      if self.config.train.eval_every:  # where held-out accuracy starts
+        self.writer.scalars(0, self.evaluate(0))
     metrics: dict[str, Any] = {}
     g = self.config.data.group_size
     for step in range(self.start_step, self.num_steps):
@@ -313,7 +327,8 @@ class Trainer:
       t2 = time.perf_counter()
       self.sync_weights(str(step + 1))
       t3 = time.perf_counter()
-      if self.config.train.eval_every and (step + 1) % self.config.train.eval_every == 0:
+      every, last = self.config.train.eval_every, step + 1 == self.num_steps
+      if every and ((step + 1) % every == 0 or last):
         metrics.update(self.evaluate(step + 1))
       if self.lead:
         metrics.update({
@@ -344,6 +359,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
   """Runs (or resumes) training in `workdir`; returns the last step's metrics."""
   trainer = Trainer(config, workdir)
   try:
-    return trainer.run()
+    metrics = trainer.run()
   finally:
     trainer.close()
+  if trainer.lead:
+    print("\n".join(heldout.closing_summary(config, trainer.workdir, trainer.num_steps,
+                                           metrics)), flush=True)
+  return metrics

@@ -18,6 +18,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.remat = "none"  # "none" | "full": recompute each layer in the backward pass
   c.model.moe_impl = "ragged"  # "ragged" (grouped matmul) | "dense" (every expert)
   c.model.hf_path = ""  # HF directory to initialise from ("" = random init / checkpoint)
+  c.model.output_vocab = "full"  # "full" | "world" (softmax over the world's ids only; CPU demo)
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.init_dir = ""  # orbax checkpoint to initialise params from (e.g. after SFT)
@@ -42,6 +43,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.world_entities = 60  # synthetic world size (entities)
   c.data.world_questions = 40  # synthetic questions (train + eval)
   c.data.world_eval_fraction = 0.25  # share of synthetic questions held out for eval
+  c.data.world_style = "deep"  # "deep" (vague clues only) | "named" (head named; world/named.py)
+  c.data.world_min_hops = 2  # synthetic question lengths in hops ("named": from 1)
+  c.data.world_max_hops = 4
+  c.data.world_shortcut_fraction = 0.25  # share of (multi-hop) questions admitting a shortcut
+  c.data.world_locality = 0.0  # chance a person studies/works in their birth city (graph.py)
+  c.data.world_distractors = 6  # distractor sentences per synthetic page (0-6)
   c.data.prompts_per_step = 16  # questions per step (paper: 16)
   c.data.group_size = 8  # rollouts per question, G (paper: 8)
   c.data.epochs = 3  # passes over the training questions (paper: 3); bounds num_steps

@@ -247,6 +247,7 @@ def demo_config(data_path):
   c.rollout.tokenizer_dir = str(qwen3_tokenizer_dir())
   c.sft.data = str(data_path)
   c.sft.default_tools = False  # short rows: no tool schemas in the prompt
+  c.model.output_vocab = "full"  # the conversations' words are not the world's
   c.sft.batch_size, c.sft.epochs, c.sft.num_steps = 8, 2, 3
   c.batch.row_lengths = (128,)
   c.optim.learning_rate, c.optim.warmup_steps = 1e-2, 0
@@ -269,7 +270,7 @@ def test_sft_loop_writes_metrics_and_checkpoints_and_resumes(tmp_path):
   assert len(resumed) == 1 and resumed[0]["train/loss"] < history[0]["train/loss"]
   # The RL trainer (and evaluate) take the SFT params through checkpoint.init_dir.
   from carr_jax import checkpointing as ckpt_lib
-  cfg = get_preset("tiny_dense")
+  cfg = get_preset(config.model.preset)
   mesh = sharding.make_mesh({"data": -1})
   abstract = model_lib.abstract_params(cfg)
   params = ckpt_lib.restore_params(str(tmp_path / "run" / "checkpoints"), ckpt_lib.with_shardings(

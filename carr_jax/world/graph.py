@@ -5,7 +5,9 @@
 whose edges are `subject -> object` with `key=relation`. Names are made of invented syllables
 and are unique across the world (as words, so no name is part of another). Dates and links are
 kept roughly plausible (people are born after their city is founded, organizations are founded
-by people of a fitting age) so pages read sensibly. Deterministic for a given `random.Random`.
+by people of a fitting age) so pages read sensibly. With `locality` > 0, people tend to study and
+work in their birth city, so a question's answer can also be named on an earlier hop's page
+(the named questions' shortcut, `compose.py`). Deterministic for a given `random.Random`.
 """
 from __future__ import annotations
 
@@ -115,7 +117,14 @@ def _add_entities(g: nx.MultiDiGraph, rng: random.Random, counts: dict[str, int]
         {"established_year": rng.randint(1800, 1995), "purse": _log_uniform(rng, 1_100, 9e5)})
 
 
-def _add_relations(g: nx.MultiDiGraph, rng: random.Random) -> None:
+def _local(g: nx.MultiDiGraph, orgs: list[str], person: str) -> list[str]:
+  """The organizations based in `person`'s birth city (empty if none)."""
+  city = next(b for _, b, rel in g.out_edges(person, keys=True) if rel == "born_in")
+  return [o for o in orgs if any(b == city and rel == "based_in"
+                                 for _, b, rel in g.out_edges(o, keys=True))]
+
+
+def _add_relations(g: nx.MultiDiGraph, rng: random.Random, locality: float) -> None:
   by_type = {t: [n for n, d in g.nodes(data=True) if d["type"] == t] for t in on.ENTITY_TYPES}
   a = lambda n: g.nodes[n]["attrs"]  # noqa: E731
   universities = [n for n in by_type[on.ORGANIZATION] if g.nodes[n]["noun"] == on.UNIVERSITY]
@@ -136,10 +145,16 @@ def _add_relations(g: nx.MultiDiGraph, rng: random.Random) -> None:
     g.add_edge(person, _prefer(rng, by_type[on.CITY], lambda c: a(c)["founded_year"] < birth),
                key="born_in")
     if universities and rng.random() < 0.7:
-      g.add_edge(person, _prefer(rng, universities,
-                                 lambda u: a(u)["founded_year"] < birth + 18), key="studied_at")
+      pool = universities
+      if locality and rng.random() < locality:
+        pool = _local(g, universities, person) or universities
+      g.add_edge(person, _prefer(rng, pool, lambda u: a(u)["founded_year"] < birth + 18),
+                 key="studied_at")
     if employers and rng.random() < 0.5:
-      g.add_edge(person, _prefer(rng, employers, lambda o: a(o)["founded_year"] < birth + 40),
+      pool = employers
+      if locality and rng.random() < locality:
+        pool = _local(g, employers, person) or employers
+      g.add_edge(person, _prefer(rng, pool, lambda o: a(o)["founded_year"] < birth + 40),
                  key="worked_for")
     if rng.random() < 0.3:
       g.add_edge(person, _prefer(rng, by_type[on.AWARD],
@@ -154,8 +169,11 @@ def _add_relations(g: nx.MultiDiGraph, rng: random.Random) -> None:
     g.add_edge(award, rng.choice(by_type[on.ORGANIZATION]), key="presented_by")
 
 
-def build_graph(rng: random.Random, num_entities: int) -> nx.MultiDiGraph:
+def build_graph(rng: random.Random, num_entities: int,
+                locality: float = 0.0) -> nx.MultiDiGraph:
+  """`locality`: chance that a person studies at / works for an organization based in their
+  birth city, when one exists (0 keeps the draws, and so the worlds, of earlier versions)."""
   g = nx.MultiDiGraph()
   _add_entities(g, rng, _counts(num_entities))
-  _add_relations(g, rng)
+  _add_relations(g, rng, locality)
   return g

@@ -135,10 +135,10 @@ def _distractors(g, node, rng, by_type, count) -> list[str]:
 
 
 def render_page(g: nx.MultiDiGraph, node: str, rng: random.Random,
-                by_type: dict[str, list[str]]) -> EntityPage:
+                by_type: dict[str, list[str]], distractors: int = 6) -> EntityPage:
   d = g.nodes[node]
   facts = _facts(g, node)
-  distractors = _distractors(g, node, rng, by_type, 6)
+  distractors = _distractors(g, node, rng, by_type, distractors) if distractors else []
   lead = [facts[("noun",)]]
   if d["aliases"] and d["type"] in _ALIAS:
     lead.append(_ALIAS[d["type"]].format(name=d["name"], alias=d["aliases"][0]))
@@ -159,6 +159,8 @@ def render_page(g: nx.MultiDiGraph, node: str, rng: random.Random,
                     facts)
 
 
-def render_pages(g: nx.MultiDiGraph, rng: random.Random) -> dict[str, EntityPage]:
+def render_pages(g: nx.MultiDiGraph, rng: random.Random,
+                 distractors: int = 6) -> dict[str, EntityPage]:
+  """Every entity's page, each with up to `distractors` distractor sentences."""
   by_type = {t: [n for n, d in g.nodes(data=True) if d["type"] == t] for t in on.ENTITY_TYPES}
-  return {node: render_page(g, node, rng, by_type) for node in g.nodes}
+  return {node: render_page(g, node, rng, by_type, distractors) for node in g.nodes}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from carr_jax.world import compose
+from carr_jax.world import compose, named
 from carr_jax.world.graph import build_graph
 from carr_jax.world.pages import EntityPage, render_pages
 from carr_jax.world.questions import Question
@@ -83,19 +83,29 @@ def _split_by_answer(questions: list[Question], rng: random.Random,
 
 def build_world(seed: int, num_entities: int, num_questions: int, *,
                 eval_fraction: float = 0.2, shortcut_fraction: float = 0.25,
-                min_hops: int = 2, max_hops: int = 4) -> World:
-  """Builds the whole world from a seed; see the module docstring."""
-  if not 2 <= min_hops <= max_hops <= 4:
-    raise ValueError(f"need 2 <= min_hops <= max_hops <= 4, got {min_hops}, {max_hops}")
+                min_hops: int = 2, max_hops: int = 4, style: str = "deep",
+                locality: float = 0.0, distractors: int = 6) -> World:
+  """Builds the whole world from a seed; see the module docstring.
+
+  style: "deep" (every entity described by vague clues, `compose.py`) or "named" (the head
+  entity named, 1+ hops of single-valued relations, `named.py`); locality: see `build_graph`;
+  distractors: distractor sentences per page (0-6; fewer = shorter pages, shorter episodes).
+  """
+  if style not in ("deep", "named"):
+    raise ValueError(f"world style must be 'deep' or 'named', got {style!r}")
+  low = 1 if style == "named" else 2
+  if not low <= min_hops <= max_hops <= 4:
+    raise ValueError(f"need {low} <= min_hops <= max_hops <= 4 for {style} questions, got "
+                     f"{min_hops}, {max_hops}")
   if not 0.0 <= eval_fraction < 1.0 or not 0.0 <= shortcut_fraction <= 1.0:
     raise ValueError("eval_fraction must be in [0, 1) and shortcut_fraction in [0, 1]")
   if num_questions < 1:
     raise ValueError(f"num_questions must be positive, got {num_questions}")
   rng = random.Random(seed)
-  graph = build_graph(rng, num_entities)
-  pages = render_pages(graph, rng)
-  questions = compose.generate_questions(graph, pages, rng, num_questions, shortcut_fraction,
-                                         min_hops, max_hops)
+  graph = build_graph(rng, num_entities, locality)
+  pages = render_pages(graph, rng, distractors)
+  generate = named.generate_named_questions if style == "named" else compose.generate_questions
+  questions = generate(graph, pages, rng, num_questions, shortcut_fraction, min_hops, max_hops)
   train_q, eval_q = _split_by_answer(questions, rng, eval_fraction)
   records = []
   for i, q in enumerate(train_q + eval_q):
@@ -124,7 +134,7 @@ def write_world(world: World, out_dir: str | Path) -> dict:
       "num_relations": world.graph.number_of_edges(), "num_pages": len(world.pages),
       "num_train": len(world.train), "num_eval": len(world.eval),
       "num_shortcut": sum(q.shortcut for q in world.questions),
-      "hops": {str(h): sum(len(q.hops) == h for q in world.questions) for h in (2, 3, 4)},
+      "hops": {str(h): sum(len(q.hops) == h for q in world.questions) for h in (1, 2, 3, 4)},
   }
   (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
   return manifest

@@ -1,0 +1,57 @@
+"""C-GRPO on the named-head synthetic world, from a cold-start SFT policy (CPU; in progress).
+
+    python -m carr_jax.sft --config configs/sft_named_cpu.py --workdir /tmp/named/sft
+    python -m carr_jax.train --config configs/named_cpu.py --workdir /tmp/named/rl \
+        --config.checkpoint.init_dir=/tmp/named/sft/checkpoints
+
+The world (`demo_world`, shared with configs/sft_named_cpu.py) asks named-head questions of
+1-2 hops (carr_jax/world/named.py): "X, a painter, studied at a university. Which city is home
+to this university?", answered by searching and opening the pages that prove each hop and
+citing them; about half of the 2-hop questions admit a shortcut (the answer is named on the
+head's page). The policy is a small Qwen3 (`demo_dense`) with the real tokenizer; its output
+softmax covers only the ids the world uses (`model.output_vocab="world"`). The trainer
+evaluates avg@k accuracy on the same held-out questions before the first step and after the
+last, and ends with `heldout_accuracy start=... end=... n=... samples=...`.
+
+Measured on 2 cores: episodes are 950-1,900 tokens, and an SFT step of 4 episodes takes
+30-40 s (dense attention over 3,072-token rows dominates), so this is not yet a 20-minute
+demo; see docs/results.md.
+"""
+from configs import base
+
+
+def demo_world(c) -> None:
+  """The world and model both demo stages use (configs/sft_named_cpu.py imports this)."""
+  c.model.preset = "demo_dense"
+  c.model.output_vocab = "world"
+  c.data.world_style = "named"
+  c.data.world_entities = 120
+  c.data.world_questions = 200
+  c.data.world_eval_fraction = 0.25
+  c.data.world_min_hops = 1
+  c.data.world_max_hops = 2
+  c.data.world_shortcut_fraction = 0.5
+  c.data.world_locality = 0.8
+  c.data.world_distractors = 0
+  c.rollout.max_turn_tokens = 160
+  c.rollout.max_context_tokens = 3072
+  c.rollout.max_tool_calls = 8
+  c.rollout.max_batch = 32
+
+
+def get_config():
+  c = base.get_config()
+  demo_world(c)
+  c.data.prompts_per_step = 4
+  c.data.group_size = 8
+  c.batch.row_lengths = (3072,)
+  c.batch.logprob_chunk = 512
+  c.batch.loss_positions_multiple = 128
+  c.optim.learning_rate = 1e-4
+  c.optim.weight_decay = 0.0
+  c.train.num_steps = 30
+  c.train.eval_every = 30
+  c.train.eval_questions = 32
+  c.train.eval_samples = 4
+  c.checkpoint.every = 10
+  return c

@@ -1,0 +1,32 @@
+"""Cold-start SFT on the named-head synthetic world (configs/named_cpu.py shares the world).
+
+    python -m carr_jax.sft --config configs/sft_named_cpu.py --workdir /tmp/named/sft
+
+The scripted expert (`carr_jax.expert`, brief answers, one search result per query) solves
+the training questions; the `demo_dense` policy imitates it on whole episodes.
+"""
+from configs import base
+from configs.named_cpu import demo_world
+from configs.sft_demo_cpu import sft_section
+
+
+def get_config():
+  c = base.get_config()
+  demo_world(c)
+  c.sft = sft_section()
+  c.sft.epochs = 20
+  c.sft.batch_size = 4
+  c.sft.num_steps = 150
+  c.sft.expert_max_hops = 2
+  c.sft.expert_find = False
+  c.sft.expert_search_results = 1
+  c.sft.expert_answer = "brief"
+  c.batch.loss_positions_multiple = 128
+  c.optim.learning_rate = 3e-3
+  c.optim.warmup_steps = 10
+  c.optim.weight_decay = 0.0
+  c.batch.row_lengths = (3072,)
+  c.batch.overflow = "error"
+  c.batch.logprob_chunk = 512
+  c.checkpoint.every = 50
+  return c
