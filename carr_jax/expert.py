@@ -6,8 +6,7 @@ prints the gold judge's mean outcome and rubric reward of the episodes it wrote.
 
 The expert knows the world's gold annotations (`metadata.gold`, docs/design.md section 3) and
 walks the question's chain hop by hop through a real `BrowserSession` over the world corpus,
-from the head entity En (the one the question describes first) inward to the answer E0,
-skipping entities whose page proves no rubric:
+from the head entity En (the one the question describes first) inward to the answer E0:
 
   search the entity's name -> open the result that is its page (by result number, or by URL
   when the search did not list it) -> find the next entity's name on that page, when it is
@@ -161,9 +160,6 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
   traj = Trajectory.start(str(record["id"]), sample_index, fmt.prompt_ids(messages, tools),
                           messages, EXPERT_VERSION)
   ep = _Episode(traj, session, fmt)
-  # Only pages that prove some rubric are visited (an answer city has no noun rubric: its
-  # name is read off the previous page).
-  chain = [e for e in chain if any(r["url"] == e["url"] for r in gold["rubrics"])]
   for i, entity in enumerate(chain):
     await _visit(ep, entity, chain[i + 1] if i + 1 < len(chain) else None, cfg)
   opened = [e["url"] for e in chain]
