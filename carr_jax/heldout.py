@@ -17,6 +17,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from carr_jax import step_stats
+
 
 def per_question_accuracy(breakdowns: Sequence[Any], num_questions: int) -> np.ndarray:
   """[Q*k] breakdowns in question-major order -> [Q] share of correct samples per question."""
@@ -34,8 +36,7 @@ def shortcut_subset_metrics(records: Sequence[dict], breakdowns: Sequence[Any],
   k = len(breakdowns) // max(len(records), 1)
   flags = [bool((r.get("metadata") or {}).get("gold", {}).get("shortcut")) for r in records]
   chosen = [b for i, b in enumerate(breakdowns) if flags[i // k]] if k else []
-  correct = [b for b in chosen if b.outcome_reward > 0.5]
-  rate = float(np.mean([b.rubric_reward < threshold for b in correct])) if correct else 0.0
+  rate = step_stats.judge_metrics(chosen, threshold, prefix)[f"{prefix}shortcut_rate"]
   return {f"{prefix}shortcut_questions": float(sum(flags)),
           f"{prefix}shortcut_admitting_rate": rate,
           f"{prefix}shortcut_admitting_accuracy":
