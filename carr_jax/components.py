@@ -23,11 +23,11 @@ REPO = Path(__file__).resolve().parents[1]
 def model_config(config: Any) -> Qwen3Config:
   m = config.model
   cfg = get_preset(m.preset, param_dtype=m.param_dtype, compute_dtype=m.compute_dtype,
-                   remat=m.remat, moe_impl=m.moe_impl)
+                   remat=m.remat, moe_impl=m.moe_impl, attention=m.attention)
   if m.hf_path:  # the HF directory's architecture wins; our dtype/remat policy is kept
     from carr_jax.hf_config import read_hf_config
     cfg = read_hf_config(m.hf_path, param_dtype=m.param_dtype, compute_dtype=m.compute_dtype,
-                         remat=m.remat, moe_impl=m.moe_impl)
+                         remat=m.remat, moe_impl=m.moe_impl, attention=m.attention)
   return cfg.replace(output_ids=output_ids(config))
 
 

@@ -35,10 +35,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from carr_jax import attention
 from carr_jax.model_config import Qwen3Config
 from carr_jax.sharding import BATCH, shard
 
-_NEG_INF = float(jnp.finfo(jnp.float32).min)
 
 
 def _dtype(name: str) -> Any:
@@ -84,15 +84,6 @@ def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
   return x * cos + rotated * sin
 
 
-def attention_mask(segment_ids: jax.Array) -> jax.Array:
-  """[B, T] segment ids -> [B, 1, 1, T, S] boolean: causal and same non-padding segment."""
-  seq = segment_ids.shape[-1]
-  causal = jnp.tril(jnp.ones((seq, seq), dtype=jnp.bool_))
-  same = segment_ids[:, :, None] == segment_ids[:, None, :]
-  valid = (segment_ids > 0)[:, :, None]
-  return (causal[None] & same & valid)[:, None, None]
-
-
 class RMSNorm(nn.Module):
   cfg: Qwen3Config
 
@@ -127,11 +118,7 @@ class Attention(nn.Module):
 
     b, t = x.shape[:2]
     q = q.reshape(b, t, k, n // k, h)  # query head n = kv head * G + g
-    scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, key, preferred_element_type=jnp.float32)
-    scores = scores.astype(jnp.float32) * (h ** -0.5)
-    scores = jnp.where(attention_mask(segment_ids), scores, _NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(cdt)  # [B, K, G, T, S]
-    out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, value).reshape(b, t, n, h)
+    out = attention.attend(q, key, value, segment_ids, cfg.attention).reshape(b, t, n, h)
     out = shard(out, BATCH, None, "tensor", None)
     return project(out, wo.astype(cdt), n_in=2)  # BTNH,NHD->BTD
 
