@@ -13,7 +13,9 @@ Cache: {"k", "v": [L, B, K, S, H] (compute dtype), "lengths": [B] int32 filled c
 kv-head axis sits before time so each (row, head) is a contiguous [S, H] matrix, the layout
 XLA's CPU dots want; [L, B, S, K, H] made XLA transpose a copy of every layer's cache each step.
 Columns at or beyond a row's length hold garbage (prompt padding) and are masked out; decode
-overwrites them in order.
+overwrites them in order. Prefill is self-attention over the prompt, so it calls the training
+attention (`carr_jax.attention.attend`, `cfg.attention`: blockwise on CPU by default, with the
+padding as segment 0); one-token decode attends to the cache with `_attend`.
 
 Restricted output vocabulary (`cfg.output_ids`, V' ids): `prefill` / `decode_step` return
 logits over those V' columns only, `sample_tokens` draws a column, and `generate` maps it back
@@ -46,6 +48,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from carr_jax import attention
 from carr_jax.model import (_experts_dense, _experts_ragged, output_token_ids, rms_norm, rope,
                             route, unembed_matrix)
 from carr_jax.model_config import Qwen3Config
@@ -139,11 +142,17 @@ def prefill(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arra
   b, t = tokens.shape
   cols = jnp.arange(t)
   positions = jnp.broadcast_to(cols, (b, t))
-  causal = cols[:, None] >= cols[None, :]  # [T, S=T]
-  mask = causal[None] & (cols[None, None, :] < lengths[:, None, None])  # [B, T, T]
+  segments = (cols[None, :] < lengths[:, None]).astype(jnp.int32)  # [B, T]: 1 prompt, 0 padding
+
+  def self_attend(q, k, v):  # q [B, T, N, H], k/v [B, K, T, H]: the training attention
+    n, kv_heads = q.shape[2], k.shape[1]
+    grouped = q.reshape(b, t, kv_heads, n // kv_heads, q.shape[-1])
+    out = attention.attend(grouped, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
+                           segments, cfg.attention)
+    return out.reshape(q.shape), (k, v)
 
   def layer_fn(x, layer):
-    return _block(cfg, layer, x, positions, lambda q, k, v: (_attend(q, k, v, mask), (k, v)))
+    return _block(cfg, layer, x, positions, self_attend)
 
   x, (keys, values) = jax.lax.scan(layer_fn, _embed(params, cfg, tokens), params["layers"])
   # keys/values: [L, B, K, T, H] -> columns [0, T) of the cache.

@@ -3,7 +3,10 @@
     python -m carr_jax.sft --config configs/sft_named_cpu.py --workdir /tmp/named/sft
 
 The scripted expert (`carr_jax.expert`, brief answers, one search result per query) solves
-the training questions; the `demo_dense` policy imitates it on whole episodes.
+the training questions; the `demo_dense` policy imitates it on whole episodes, one per
+2,048-token row. Measured on 2 cores: 4.0-5.4 s per step, 150 steps in 12.5 min, loss
+6.72 -> 0.39; greedy evaluation on the held-out split: well-formed tool calls in 0.80 of the
+turns, accuracy 0 (tests/test_sft.py holds the first number above 0.5).
 """
 from configs import base
 from configs.named_cpu import demo_world
@@ -25,7 +28,7 @@ def get_config():
   c.optim.learning_rate = 3e-3
   c.optim.warmup_steps = 10
   c.optim.weight_decay = 0.0
-  c.batch.row_lengths = (3072,)
+  c.batch.row_lengths = (2048,)
   c.batch.overflow = "error"
   c.batch.logprob_chunk = 512
   c.checkpoint.every = 50
