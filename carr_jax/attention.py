@@ -120,7 +120,8 @@ def _forward(q, k, v, seg, blk):
     lse = jnp.where(l > 0, m + jnp.log(jnp.maximum(l, 1e-30)), 0.0)
     return jnp.einsum("BKGTH->BTKGH", out).astype(q.dtype), lse
 
-  out, lse = jax.lax.map(query_block, jnp.arange(t // blk))  # [n, B, blk, K, G, H], [n, B, K, G, blk]
+  out, lse = jax.lax.map(query_block, jnp.arange(t // blk))  # [n, B, blk, K, G, H] and
+  #                                                             [n, B, K, G, blk]
   out = jnp.moveaxis(out, 0, 1).reshape(b, t, nk, g, h)
   lse = jnp.moveaxis(lse, 0, 3).reshape(b, nk, g, t)
   return out, lse
