@@ -279,7 +279,7 @@ def test_sft_loop_writes_metrics_and_checkpoints_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3000)  # SFT + evaluation + one RL step: ~16 min on 2 quiet cores
+@pytest.mark.timeout(3000)  # SFT + evaluation + one RL step: 12 min on 2 quiet cores
 def test_sft_then_evaluate_cli_tool_calls_well_formed(tmp_path):
   """Acceptance: SFT on the expert's episodes of the named-head world (configs/sft_named_cpu.py),
   then `carr_jax.evaluate` on the held-out split: well-formed tool calls in at least half of
