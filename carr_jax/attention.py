@@ -85,17 +85,21 @@ def _block(x: jax.Array, i, blk: int) -> jax.Array:
   return jax.lax.dynamic_slice_in_dim(x, i * blk, blk, axis=1)
 
 
+def _block_mask(seg_i, seg_j, i, j, blk: int) -> jax.Array:
+  """`mask` of query block i against key block j: [B, 1, 1, blk, blk] bool."""
+  cols = jnp.arange(blk)
+  return mask(seg_i, seg_j, i * blk + cols, j * blk + cols)
+
+
 def _probs(q_i, k_j, seg_i, seg_j, i, j, blk, lse_i):
   """exp(scores - lse) of block (i, j), 0 where masked: [B, K, G, blk, blk] fp32."""
-  cols = jnp.arange(blk)
-  allowed = mask(seg_i, seg_j, i * blk + cols, j * blk + cols)
+  allowed = _block_mask(seg_i, seg_j, i, j, blk)
   return jnp.where(allowed, jnp.exp(_scores(q_i, k_j) - lse_i[..., None]), 0.0)
 
 
 def _forward(q, k, v, seg, blk):
   """(out [B, T, K, G, H] in q's dtype, lse [B, K, G, T] fp32)."""
   b, t, nk, g, h = q.shape
-  cols = jnp.arange(blk)
 
   def query_block(i):
     q_i, seg_i = _block(q, i, blk), _block(seg, i, blk)
@@ -103,7 +107,7 @@ def _forward(q, k, v, seg, blk):
     def key_block(j, carry):
       m, l, acc = carry  # [B, K, G, blk], [B, K, G, blk], [B, K, G, blk, H]
       k_j, v_j, seg_j = _block(k, j, blk), _block(v, j, blk), _block(seg, j, blk)
-      allowed = mask(seg_i, seg_j, i * blk + cols, j * blk + cols)
+      allowed = _block_mask(seg_i, seg_j, i, j, blk)
       s = jnp.where(allowed, _scores(q_i, k_j), _NEG_INF)
       m_new = jnp.maximum(m, jnp.max(s, axis=-1))
       p = jnp.where(allowed, jnp.exp(s - m_new[..., None]), 0.0)
