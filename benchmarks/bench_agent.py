@@ -13,7 +13,7 @@ and the tools (the tools are the same for both; their time is shown apart).  Bot
 produce identical token ids, which is checked.
 
 Run (about a minute on 2 CPU cores):
-    /work/venv/bin/python benchmarks/bench_agent.py --turns 10 40 100 --episodes 3
+    .venv/bin/python benchmarks/bench_agent.py --turns 10 40 100 --episodes 3
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """In-process JAX engine vs transformers `generate` (torch fp32, CPU): greedy tokens/s.
 
-  /work/venv/bin/python benchmarks/bench_engine.py [--preset bench_50m] [--batch 8] \
+  .venv/bin/python benchmarks/bench_engine.py [--preset bench_50m] [--batch 8] \
       [--prompt-len 32] [--new-tokens 64] [--rounds 5] [--single-thread]
 
 Both sides load one random checkpoint of the preset's sizes (written once by `hf_io.save_hf`,

@@ -17,7 +17,7 @@ execution. Keep --run-seq at least two chunks long, or both variants run the sam
 single-chunk computation.
 
 Run (about 5 minutes on 2 busy CPU cores):
-    /work/venv/bin/python benchmarks/bench_logprobs.py --seq 8192 --vocab 151936 \
+    .venv/bin/python benchmarks/bench_logprobs.py --seq 8192 --vocab 151936 \
         --hidden 128 --chunk 512 --run-seq 1024
 """
 from __future__ import annotations

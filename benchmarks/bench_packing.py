@@ -13,7 +13,7 @@ pad-to-bucket (one trajectory per row, row length rounded up to a bucket: what a
 shape-static unpacked trainer compiles). Efficiency = real token slots / all slots.
 
 Run (a few seconds):
-    /work/venv/bin/python benchmarks/bench_packing.py --steps 50 --batch 128 --scale 16 \
+    .venv/bin/python benchmarks/bench_packing.py --steps 50 --batch 128 --scale 16 \
         --row-multiple 8
 """
 from __future__ import annotations

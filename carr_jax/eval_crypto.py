@@ -5,7 +5,7 @@
     python -m carr_jax.eval_crypto --input browsecomp.jsonl.enc --output browsecomp.jsonl
                                                 # no variable set: asks for the password
 
-The scheme (BrowseComp's, used by the CaRR release; reference.md section 3): key =
+The scheme (BrowseComp's, used by the CaRR release): key =
 SHA-256(password) repeated to the length of the data, plaintext = ciphertext XOR key, the
 ciphertext base64-encoded. Two containers are read:
   * the release's file envelope: one JSON object `{"format": "carr-xor-sha256-v1",

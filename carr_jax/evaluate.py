@@ -10,7 +10,7 @@
     python -m carr_jax.evaluate --compare sft=/eval/sft,grpo=/eval/grpo,cgrpo=/eval/cgrpo \\
         --out /eval/table2 [--rubrics browsecomp_with_rubrics.jsonl --config ...]
 
-Data: a JSONL file of CaRR records (reference.md section 3: `input_messages`, `label`,
+Data: a JSONL file of CaRR records (`input_messages`, `label`,
 `tools`, optional `metadata.remote_env_info.rubrics`), i.e. decrypted BrowseComp,
 BrowseComp-ZH, xbench-DeepSearch, GAIA text-only files (`carr_jax.eval_crypto`), or
 `world:eval` / `world:train` for a split of the synthetic world of `config.data`. A record

@@ -9,7 +9,7 @@ then RL from its last HF export (`<workdir>/hf/step_156`, also an orbax checkpoi
 `:gpu` for 8 GPUs; `:tiny` runs these settings on the tiny model with the scripted expert's
 episodes of the synthetic world (what the config test builds).
 
-Paper (reference.md section 1): 832 rejection-sampled traces (the DeepDive trajectories_sft
+Paper (SFT setup): 832 rejection-sampled traces (the DeepDive trajectories_sft
 split has 858; `sft.min_outcome` filters dumped rollouts of our own), 3 epochs, batch 16,
 lr 4e-5, 128k context. Not stated in the paper, chosen here: AdamW betas (0.9, 0.98) and
 weight decay 0.1 as in its RL runs, 8 warmup steps then constant. Expect 52 steps per epoch,

@@ -1,7 +1,7 @@
 """Fetch the real Qwen3 tokenizer offline-style (from PyPI, no model hub) into a fixed cache dir.
 
 The maxtext 0.2.5 wheel ships `maxtext/assets/tokenizers/qwen3-tokenizer/tokenizer.json`, the
-same file as the hub's Qwen3-4B-Thinking-2507 tokenizer (docs/reference.md section 4).  This
+same file as the hub's Qwen3-4B-Thinking-2507 tokenizer.  This
 script downloads that wheel with pip (no dependencies, any host Python), extracts the file,
 checks its SHA-256, and writes next to it a `tokenizer_config.json` of our own carrying the
 special tokens and the thinking chat template of rollout/templates/qwen3_thinking.jinja (the

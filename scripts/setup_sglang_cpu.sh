@@ -5,7 +5,7 @@
 #   VENV_DIR defaults to $SGLANG_VENV, else <repo>/.venv-sglang.  $PYTHON picks the
 #   interpreter (default python3.11: the torch 2.13.0 CPU wheel is cp311).
 #
-# Recipe (docs/reference.md section 5): torch==2.13.0 (CPU wheel) first, then sglang's
+# Recipe: torch==2.13.0 (CPU wheel) first, then sglang's
 # runtime dependencies from requirements-sglang.txt, then the `#nodeps` pins of that file with
 # --no-deps (sglang's wheel pins a CUDA torch).  Then our two compatibility modules go into
 # site-packages: a `sgl_kernel` stand-in and a .pth hook defining the torchvision op schemas.

@@ -1,6 +1,6 @@
 """The agent loop (rollout/agent.py) on the synthetic world, with the real Qwen3 tokenizer.
 
-  /work/venv/bin/python -m pytest tests/test_agent.py -q
+  .venv/bin/python -m pytest tests/test_agent.py -q
 
 The model is a scripted engine: it implements `Engine`, decodes the prompt it is sent, asks a
 policy for the next turn's text and returns that text tokenized by the real tokenizer (cut at

@@ -1,6 +1,6 @@
 """Tests for carr_jax/checkpointing.py on 8 fake CPU devices (a 2x2x2 mesh).
 
-Run: /work/venv/bin/python -m pytest tests/test_checkpointing.py -x -q
+Run: .venv/bin/python -m pytest tests/test_checkpointing.py -x -q
 `make_state` is also imported by the kill-and-resume child process, so both sides build
 the same expected values from a seed.
 """

@@ -2,7 +2,7 @@
 
 The --check runs are real subprocesses (`python -m carr_jax.convert`, JAX_PLATFORMS=cpu)
 against tiny random transformers checkpoints built in tmp dirs. Run:
-  /work/venv/bin/python -m pytest tests/test_convert.py -x -q
+  .venv/bin/python -m pytest tests/test_convert.py -x -q
 """
 import json
 import os

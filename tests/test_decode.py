@@ -1,6 +1,6 @@
 """KV-cache prefill/decode against the full forward pass, and the sampler's kept sets.
 
-  /work/venv/bin/python -m pytest tests/test_decode.py -q
+  .venv/bin/python -m pytest tests/test_decode.py -q
 """
 import jax
 import jax.numpy as jnp

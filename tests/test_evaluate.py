@@ -1,6 +1,6 @@
 """Evaluation (carr_jax/evaluate.py, carr_jax/eval_report.py) and the eval-file decryption.
 
-  /work/venv/bin/python -m pytest tests/test_evaluate.py -q
+  .venv/bin/python -m pytest tests/test_evaluate.py -q
 
 The policy is a scripted engine: it implements `Engine`, reads the question id and the sample
 index from the request id, and answers with text the real Qwen3 tokenizer encodes. Tools are

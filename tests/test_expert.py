@@ -1,6 +1,6 @@
 """The scripted expert (carr_jax/expert.py) on the synthetic world, judged by the gold judge.
 
-  /work/venv/bin/python -m pytest tests/test_expert.py -q
+  .venv/bin/python -m pytest tests/test_expert.py -q
 
 Real parts: the world's BM25 corpus behind a real BrowserSession, the real Qwen3 tokenizer and
 its HF chat template (the reference the token ids and the loss mask are checked against), the

@@ -2,7 +2,7 @@
 
 Checkpoints are built here with transformers (Qwen3 / Qwen3-MoE, random non-ones norm
 weights) and `save_pretrained`; nothing is downloaded. Run:
-  /work/venv/bin/python -m pytest tests/test_hf_io.py -x -q
+  .venv/bin/python -m pytest tests/test_hf_io.py -x -q
 """
 import asyncio
 import json

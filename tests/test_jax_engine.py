@@ -1,6 +1,6 @@
 """The in-process JAX engine against a step-by-step loop over `model.forward_logits`.
 
-  /work/venv/bin/python -m pytest tests/test_jax_engine.py -q
+  .venv/bin/python -m pytest tests/test_jax_engine.py -q
 """
 import asyncio
 

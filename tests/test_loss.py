@@ -3,7 +3,7 @@
 The NumPy side below is written from the paper's formula, with its gradient with respect
 to the token log-probs derived by hand (checked once against central finite differences).
 Tolerances: 1e-5 for losses and gradients (fp32 JAX vs float64 NumPy).
-Run: /work/venv/bin/python -m pytest tests/test_loss.py -q
+Run: .venv/bin/python -m pytest tests/test_loss.py -q
 """
 import jax
 import jax.numpy as jnp

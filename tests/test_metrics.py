@@ -1,6 +1,6 @@
 """Tests for carr_jax/metrics.py: event files read back by TensorBoard's own reader and server.
 
-Run: /work/venv/bin/python -m pytest tests/test_metrics.py -x -q
+Run: .venv/bin/python -m pytest tests/test_metrics.py -x -q
 """
 import glob
 import io

@@ -1,6 +1,6 @@
 """Restricted output vocabulary (`Qwen3Config.output_ids`, carr_jax/output_vocab.py).
 
-  /work/main/.venv/bin/python -m pytest tests/test_output_vocab.py -q
+  .venv/bin/python -m pytest tests/test_output_vocab.py -q
 
 The train step's log-probs are a float64 log-softmax over the subset's columns of the full
 logits, gradients reach only the subset's head columns, the sampler emits only subset ids and

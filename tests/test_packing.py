@@ -1,6 +1,6 @@
 """Tests of trajectory packing (carr_jax/packing.py): placement, alignment, buckets.
 
-Run: /work/venv/bin/python -m pytest tests/test_packing.py -q
+Run: .venv/bin/python -m pytest tests/test_packing.py -q
 """
 import jax
 import jax.numpy as jnp

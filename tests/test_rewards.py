@@ -1,7 +1,7 @@
 """Table tests of C-GRPO reward mixing and group advantages (carr_jax/rewards.py).
 
 Expected values are worked by hand from paper Eq. 13-14 and the release's branch.
-Run: /work/venv/bin/python -m pytest tests/test_rewards.py -q
+Run: .venv/bin/python -m pytest tests/test_rewards.py -q
 """
 import numpy as np
 import pytest

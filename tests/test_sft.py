@@ -2,8 +2,8 @@
 (= cross-entropy over those tokens, checked against float64 NumPy), micro-batch invariance,
 and the SFT loop on the scripted expert's trajectories (loss falls, checkpoints resume).
 
-  /work/venv/bin/python -m pytest tests/test_sft.py -q              # fast
-  /work/venv/bin/python -m pytest tests/test_sft.py -q -m slow      # SFT -> evaluate CLIs
+  .venv/bin/python -m pytest tests/test_sft.py -q              # fast
+  .venv/bin/python -m pytest tests/test_sft.py -q -m slow      # SFT -> evaluate CLIs
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
-# reference.md section 2: the ids the rollout, the template and the trainer rely on.
+# Qwen3's special-token ids: the ids the rollout, the template and the trainer rely on.
 SPECIAL_IDS = {
     "<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645,
     "<tool_call>": 151657, "</tool_call>": 151658,

@@ -56,7 +56,7 @@ class World:
 
 def carr_record(qid: str, question: str, label: str, rubrics: list[str],
                 gold: dict | None = None) -> dict:
-  """A CaRR-format record (reference.md section 3); `gold` only for the synthetic world."""
+  """A CaRR-format record (the release's JSONL record); `gold` only for the synthetic world."""
   metadata = {"remote_env_info": {"search_forbidden_strs": [question], "rubrics": rubrics}}
   if gold is not None:
     metadata["gold"] = gold
