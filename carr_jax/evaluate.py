@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from carr_jax import data as data_lib
+from carr_jax.safe_text import json_line
 from carr_jax.step_stats import STATUSES, TOOL_KINDS, turn_stats
 
 logger = logging.getLogger(__name__)
@@ -179,14 +180,14 @@ class ResultStore:
                        (TRAJECTORIES, [t for t in _read_lines(self.dir / TRAJECTORIES)
                                        if t.get("id") in rows])):
       tmp = self.dir / (name + ".tmp")
-      tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in keep))
+      tmp.write_text("".join(json_line(r) for r in keep), encoding="utf-8")
       os.replace(tmp, self.dir / name)
 
   def append(self, row: dict, trajectories: Sequence[dict]) -> None:
     """Trajectories first, then the result line that commits the question."""
     _append_atomic(self.dir / TRAJECTORIES,
-                   "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in trajectories))
-    _append_atomic(self.dir / RESULTS, json.dumps(row, ensure_ascii=False) + "\n")
+                   "".join(json_line(t) for t in trajectories))
+    _append_atomic(self.dir / RESULTS, json_line(row))  # json_line: surrogates never raise
     self.rows[row["id"]] = row
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -51,6 +50,7 @@ from carr_jax import sharding
 from carr_jax import step_stats
 from carr_jax import train_step as ts
 from carr_jax.evidence_plot import render_evidence_graph
+from carr_jax.safe_text import json_line
 
 logger = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ class Trainer:
     flat = [t for group in groups for t in group]
     with open(os.path.join(directory, f"step_{step}.jsonl"), "w", encoding="utf-8") as f:
       for traj, b in zip(flat, breakdowns):
-        f.write(json.dumps({**traj, "judge": b.to_dict()}, ensure_ascii=False) + "\n")
+        f.write(json_line({**traj, "judge": b.to_dict()}))  # never raises on a lone surrogate
 
   def run(self) -> dict:
     if self.start_step == 0:

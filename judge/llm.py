@@ -25,6 +25,7 @@ from judge.cache import JudgeCache, cache_key
 from judge.config import JudgeConfig
 from judge.parsing import OutputError
 from judge.prompts import reask_messages
+from judge.records import clean_text
 
 T = TypeVar("T")
 _SLOTS_PER_CLIENT = 8
@@ -165,7 +166,7 @@ class ChatClient:
             problem = "unreadable response body"
           else:
             self._count(data, usage)
-            return text if isinstance(text, str) else ""
+            return clean_text(text) if isinstance(text, str) else ""
         elif status == 429 or status >= 500:
           problem, retry_after = f"HTTP {status}", response.headers.get("retry-after")
         else:

@@ -20,6 +20,7 @@ from typing import Any
 _REFERENCES_HEADING = re.compile(r"(?im)^[ \t]{0,3}#{1,6}[ \t]*references[ \t]*:?[ \t]*$")
 _EXACT_ANSWER_HEADING = re.compile(r"(?im)^[ \t]{0,3}#{1,6}[ \t]*exact answer[ \t]*:?[ \t]*$")
 _ANY_HEADING = re.compile(r"(?m)^[ \t]{0,3}#{1,6}[ \t]+\S")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class RequestError(ValueError):
@@ -42,6 +43,19 @@ class JudgeInput:
   error: str | None = None  # set when the input itself is unusable: scores 0 with this reason
 
 
+def clean_text(text: str) -> str:
+  """`text` with every lone surrogate replaced by U+FFFD, so it always encodes as UTF-8.
+
+  The same rule as `carr_jax.safe_text.clean_text` (tests check they agree); judge/ keeps
+  its own copy because it imports nothing of carr_jax or rollout.
+  """
+  try:
+    text.encode("utf-8")
+  except UnicodeEncodeError:
+    return _SURROGATE.sub("\ufffd", text)
+  return text
+
+
 def as_text(value: Any, limit: int) -> str | None:
   """Valid, bounded UTF-8 text from a str/bytes value; None for anything else.
 
@@ -51,12 +65,7 @@ def as_text(value: Any, limit: int) -> str | None:
     value = bytes(value).decode("utf-8", "replace")
   if not isinstance(value, str):
     return None
-  value = value[:limit]
-  try:
-    value.encode("utf-8")
-  except UnicodeEncodeError:
-    value = value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-  return value
+  return clean_text(value[:limit])
 
 
 def _require(cond: bool, field: str, message: str) -> None:

@@ -31,6 +31,8 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from carr_jax.safe_text import clean_json, clean_text, json_depth
+
 ENDOFTEXT_ID = 151643
 IM_START_ID = 151644
 IM_END_ID = 151645
@@ -197,7 +199,8 @@ class ChatFormat:
     return self.encode(closer + tool_responses_text(tool_outputs) + GENERATION_PROMPT)
 
   def decode(self, ids: Sequence[int]) -> str:
-    return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+    """The text of `ids`; lone surrogates (possible from byte-level tokens) become U+FFFD."""
+    return clean_text(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
 
 # ---------------------------------------------------------------- parsing
@@ -247,13 +250,32 @@ class AssistantTurn:
 
 _CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _STOP_TEXTS = ("<|im_end|>", "<|endoftext|>")
+MAX_CALL_DEPTH = 16  # a tool call nested deeper is ill-formed (the real schemas need 2)
+
+
+def _load_json(text: str, kind: str, what: str) -> Any:
+  """`json.loads` for model output: every failure is a ChatFormatError of `kind`.
+
+  Besides invalid JSON, `json.loads` raises RecursionError on thousands of nested brackets
+  and ValueError on integers past Python's digit limit; both are the model's fault, so both
+  make the turn ill-formed. Strings come back with lone surrogates (from `\\ud800`
+  escapes) replaced, so no writer downstream can fail on them.
+  """
+  try:
+    value = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ChatFormatError(kind, f"{e.msg} in {what}") from None
+  except RecursionError:
+    raise ChatFormatError(kind, f"nesting too deep in {what}") from None
+  except ValueError as e:  # e.g. "Exceeds the limit (4300 digits) for integer string ..."
+    raise ChatFormatError(kind, f"{str(e)[:80]} in {what}") from None
+  if json_depth(value) > MAX_CALL_DEPTH:
+    raise ChatFormatError(kind, f"nested deeper than {MAX_CALL_DEPTH} levels in {what}")
+  return clean_json(value)
 
 
 def _parse_call(body: str, tool_names: Collection[str] | None) -> ToolCall:
-  try:
-    obj = json.loads(body)
-  except json.JSONDecodeError as e:
-    raise ChatFormatError("bad_tool_call_json", f"{e.msg} in {body.strip()[:200]!r}") from None
+  obj = _load_json(body, "bad_tool_call_json", repr(clean_text(body.strip()[:200])))
   if not isinstance(obj, dict):
     raise ChatFormatError("tool_call_not_object", f"got {type(obj).__name__}")
   name = obj.get("name")
@@ -263,10 +285,7 @@ def _parse_call(body: str, tool_names: Collection[str] | None) -> ToolCall:
     raise ChatFormatError("missing_arguments", f"call to {name!r}")
   args = obj["arguments"]
   if isinstance(args, str):  # some models emit arguments as a JSON string
-    try:
-      args = json.loads(args)
-    except json.JSONDecodeError:
-      raise ChatFormatError("arguments_not_object", f"call to {name!r}: {args[:200]!r}") from None
+    args = _load_json(args, "arguments_not_object", f"call to {name!r}: {args[:200]!r}")
   if not isinstance(args, dict):
     raise ChatFormatError("arguments_not_object", f"call to {name!r}: {type(args).__name__}")
   if tool_names is not None and name not in tool_names:
@@ -280,6 +299,7 @@ def parse_assistant(text: str, tool_names: Collection[str] | None = None) -> Ass
   `text` is the decoded output with special tokens kept; a trailing stop token is ignored.
   `tool_names` (e.g. `tool_names_of(schemas)`) enables the unknown-tool check.
   """
+  text = clean_text(text)
   for stop in _STOP_TEXTS:
     if text.endswith(stop):
       text = text[: -len(stop)]

@@ -34,6 +34,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from carr_jax.safe_text import json_line
+
 STATUSES = ("completed", "truncated", "ill_formed", "tool_limit", "failed")
 TOOL_KINDS = ("search", "open", "find")
 
@@ -180,7 +182,7 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
   n = 0
   with path.open("w", encoding="utf-8") as f:
     for record in records:
-      f.write(json.dumps(record, ensure_ascii=False) + "\n")
+      f.write(json_line(record))  # never raises on a lone surrogate
       n += 1
   return n
 

@@ -18,6 +18,7 @@ import json
 import logging
 from typing import Any, Sequence
 
+from carr_jax.safe_text import clean_text
 from rollout.tools import schemas
 from rollout.tools.backend import Backend, BackendError, Page, SearchHit
 from rollout.tools.text import LeakFilter, find_matches, format_matches
@@ -60,6 +61,12 @@ class BrowserSession:
     self.page_text = ""  # the open page as rendered, uncut
 
   async def call(self, name: str, arguments: Any) -> ToolResult:
+    """The observation for one call; its text never holds a lone surrogate (a search API's
+    JSON or a page may carry `\\ud800` escapes), so no writer downstream fails on it."""
+    result = await self._call(name, arguments)
+    return dataclasses.replace(result, text=clean_text(result.text))
+
+  async def _call(self, name: str, arguments: Any) -> ToolResult:
     kind = _KINDS.get(name)
     if isinstance(arguments, str):  # tolerate the raw JSON string of a tool call
       try:
