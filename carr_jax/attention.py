@@ -13,12 +13,19 @@ Implementations (`Qwen3Config.attention`):
   FlashAttention-2 does: https://arxiv.org/abs/2307.08691). It never holds more than one
   [B, K, G, BLOCK, BLOCK] score block, and it skips key blocks entirely above the causal
   diagonal, so it does about half the dense work. Runs on every backend; the CPU default.
-- "auto": "blockwise" on every platform for now (the fused TPU / GPU kernels are separate
-  work); keeps configs portable.
+- "splash": the TPU kernel, "cudnn": the GPU kernel (`carr_jax.fused_attention`); each is
+  an error on any other platform.
+- "auto": by the platform the step is compiled for: "splash" on TPU, "cudnn" on GPU,
+  "blockwise" elsewhere; keeps configs portable.
 
-Numerics: scores, the softmax and the accumulators are fp32 whatever the inputs' dtype, the
-probabilities are cast to the inputs' dtype before the product with V (as dense does), and
-the output has the inputs' dtype.
+The platform is known at trace time from the mesh the step is traced under (`jax.set_mesh`):
+its devices' platform, which the abstract mesh carries. A deviceless compile for a TPU
+topology from a CPU host (`carr_jax.aot`) traces under a mesh of TPU device descriptions, so
+"auto" picks splash there. With no mesh set, the default backend decides.
+
+Numerics of dense and blockwise: scores, the softmax and the accumulators are fp32 whatever
+the inputs' dtype, the probabilities are cast to the inputs' dtype before the product with V
+(as dense does), and the output has the inputs' dtype.
 """
 from __future__ import annotations
 
@@ -27,24 +34,43 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from carr_jax import fused_attention
+
 BLOCK = 512  # queries and keys per block of "blockwise" (rows are padded to a multiple)
-IMPLEMENTATIONS = ("auto", "dense", "blockwise")
+IMPLEMENTATIONS = ("auto", "dense", "blockwise", "splash", "cudnn")
+KERNEL_PLATFORMS = {"splash": "tpu", "cudnn": "gpu"}  # fused kernel -> the platform it needs
 _NEG_INF = float(jnp.finfo(jnp.float32).min)
 
 
-def resolve(impl: str) -> str:
-  """A `Qwen3Config.attention` value -> the implementation that runs."""
+def trace_platform() -> str:
+  """The platform being traced for: the current mesh's devices', else the default backend."""
+  mesh = jax.sharding.get_abstract_mesh()
+  device = None if mesh.empty else mesh.abstract_device
+  return device.platform if device is not None else jax.default_backend()
+
+
+def resolve(impl: str, platform: str | None = None) -> str:
+  """A `Qwen3Config.attention` value -> the implementation that runs on `platform`
+  (default: `trace_platform()`)."""
   if impl not in IMPLEMENTATIONS:
     raise ValueError(f"model.attention must be one of {IMPLEMENTATIONS}, got {impl!r}")
-  return "blockwise" if impl == "auto" else impl
+  platform = platform or trace_platform()
+  if impl == "auto":
+    by_platform = {p: kernel for kernel, p in KERNEL_PLATFORMS.items()}
+    return by_platform.get(platform, "blockwise")
+  needed = KERNEL_PLATFORMS.get(impl)
+  if needed is not None and platform != needed:
+    raise ValueError(f"model.attention={impl!r} runs only on {needed.upper()}, but this step "
+                     f"is compiled for {platform!r}; use 'auto' or 'blockwise'")
+  return impl
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
            impl: str = "auto") -> jax.Array:
   """q [B, T, K, G, H], k / v [B, T, K, H], segment_ids [B, T] -> out [B, T, K, G, H]."""
-  if resolve(impl) == "dense":
-    return dense(q, k, v, segment_ids)
-  return blockwise(q, k, v, segment_ids)
+  kernels = {"dense": dense, "blockwise": blockwise, "splash": fused_attention.splash,
+             "cudnn": fused_attention.cudnn}
+  return kernels[resolve(impl)](q, k, v, segment_ids)
 
 
 def mask(q_seg: jax.Array, k_seg: jax.Array, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:

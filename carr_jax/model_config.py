@@ -37,7 +37,7 @@ class Qwen3Config:
   norm_topk_prob: bool = True  # renormalize the top-k router weights to sum to 1
   router_aux_loss_coef: float = 0.0  # Switch-style load-balancing loss weight (HF: 0.001)
   moe_impl: str = "ragged"  # "ragged" (sorted grouped matmul) | "dense" (every expert)
-  attention: str = "auto"  # "auto" | "dense" | "blockwise" (carr_jax.attention)
+  attention: str = "auto"  # auto | dense | blockwise | splash | cudnn (carr_jax.attention)
   # Numerics and memory.
   param_dtype: str = "float32"
   compute_dtype: str = "float32"  # bf16 on accelerators; norms/softmax/logits stay fp32

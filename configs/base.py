@@ -17,7 +17,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.compute_dtype = "float32"  # matmul dtype; bfloat16 on TPU/GPU
   c.model.remat = "none"  # "none" | "full": recompute each layer in the backward pass
   c.model.moe_impl = "ragged"  # "ragged" (grouped matmul) | "dense" (every expert)
-  c.model.attention = "auto"  # "auto" | "dense" (reference) | "blockwise" (carr_jax.attention)
+  c.model.attention = "auto"  # auto (by platform) | dense | blockwise | splash | cudnn
   c.model.hf_path = ""  # HF directory to initialise from ("" = random init / checkpoint)
   c.model.output_vocab = "full"  # "full" | "world" (softmax over the world's ids only; CPU demo)
 
