@@ -43,19 +43,28 @@ class JudgeConfig:
   max_response_chars: int = 60_000  # final responses are cut to this before judging
   max_tool_output_chars: int = 200_000  # each tool output is cut to this before parsing
   max_context_chars: int = 240_000  # cited content sent to the support judge
+  # Request caps and the deadline (an over-limit /evaluate gets 413/400 naming the limit).
+  max_body_bytes: int = 32 * 2**20  # /evaluate body; a 100-call trajectory is ~1-2 MiB
+  max_rubrics: int = 256  # rubrics per request (paper's questions have ~3-10)
+  max_history_messages: int = 4096  # messages per history (100 tool calls need ~200)
+  max_json_depth: int = 64  # nesting of the request JSON (a release request needs 5)
+  deadline_s: float = 600.0  # seconds per trajectory, all judge calls and retries included;
+  # past it both rewards are 0 with reason "deadline" (timeouts x retries alone allow > 1 h)
 
   def __post_init__(self):
     if self.backend not in BACKENDS:
       raise ValueError(f"backend: must be one of {BACKENDS}, got {self.backend!r}")
     for name in ("concurrency", "max_citations", "max_response_chars", "max_context_chars",
-                 "max_tool_output_chars"):
+                 "max_tool_output_chars", "max_body_bytes", "max_rubrics",
+                 "max_history_messages", "max_json_depth"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
     for name in ("retries", "max_reasks"):
       if getattr(self, name) < 0:
         raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
-    if self.timeout <= 0:
-      raise ValueError(f"timeout: must be > 0, got {self.timeout}")
+    for name in ("timeout", "deadline_s"):
+      if not getattr(self, name) > 0:
+        raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
 
   def api_key(self) -> str | None:
     """The key from the environment, or None (local servers need none)."""

@@ -64,6 +64,7 @@ class Metrics:
   invalid_outputs: int = 0  # replies rejected by a parser
   reasks: int = 0
   step_errors: int = 0  # judge steps that ended in an error reason
+  deadlines: int = 0  # trajectories whose judging ran past JudgeConfig.deadline_s
   cache_hits: int = 0
   cache_misses: int = 0
   prompt_tokens: int = 0

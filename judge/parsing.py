@@ -7,13 +7,18 @@ Rejected on purpose: missing or invalid JSON, missing/extra keys, names given as
 """
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Any
 
+from judge.records import clean_text, json_depth
+
 _FENCED = re.compile(r"```(?:json)?[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
 _NULL_WORDS = {"null", "none", "n/a", "not identified", "not mentioned"}
 MAX_NAME_CHARS = 300  # a "name" longer than this is prose, not a name
+MAX_JSON_DEPTH = 16  # judge answers are flat objects; deeper is not an answer
+MAX_BARE_ATTEMPTS = 64  # bare `{` positions tried when there is no fenced block
 _CORRECT_LINE = re.compile(r"(?im)^\W*correct\W*:\W*(yes|no)\b")
 _EXTRACTED_LINE = re.compile(r"(?im)^\W*extracted_final_answer\W*:[ \t]*(.+)$")
 
@@ -26,21 +31,37 @@ class OutputError(ValueError):
     self.reason = reason
 
 
+def _clean(value: Any) -> Any:
+  """`value` with lone surrogates (from `\\ud800` escapes) replaced; too deep is an error."""
+  if json_depth(value) > MAX_JSON_DEPTH:
+    raise OutputError(f"the JSON nests deeper than {MAX_JSON_DEPTH} levels")
+  text = json.dumps(value, ensure_ascii=False)  # raw surrogates can only sit inside strings
+  cleaned = clean_text(text)
+  return value if cleaned is text else json.loads(cleaned)
+
+
 def json_block(text: Any) -> Any:
-  """The JSON value of the first ```json fenced block, else of the first bare `{...}`."""
+  """The JSON value of the first ```json fenced block, else of the first bare `{...}`.
+
+  Bounded for hostile replies: at most `MAX_BARE_ATTEMPTS` bare `{` are tried, nesting past
+  `MAX_JSON_DEPTH` and Python's integer-digit limit are OutputErrors, and strings come back
+  without lone surrogates.
+  """
   if not isinstance(text, str) or not text.strip():
     raise OutputError("empty reply")
   fenced = _FENCED.search(text)
   if fenced:
     try:
-      return json.loads(fenced.group(1))
+      return _clean(json.loads(fenced.group(1)))
+    except RecursionError:
+      raise OutputError(f"the JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as e:
-      raise OutputError(f"the JSON block is not valid JSON ({e})") from None
+      raise OutputError(f"the JSON block is not valid JSON ({str(e)[:200]})") from None
   decoder = json.JSONDecoder()
-  for match in re.finditer(r"\{", text):
+  for match in itertools.islice(re.finditer(r"\{", text), MAX_BARE_ATTEMPTS):
     try:
-      return decoder.raw_decode(text, match.start())[0]
-    except ValueError:
+      return _clean(decoder.raw_decode(text, match.start())[0])
+    except (ValueError, RecursionError):
       continue
   raise OutputError("no JSON block found")
 

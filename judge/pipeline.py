@@ -20,7 +20,8 @@ Steps (paper section 2.2, reference.md section 1); only the final response befor
            reward = connected / all rubrics.
 The outcome and identification calls run concurrently. Every failure (bad input, judge
 transport, unusable judge output after re-asks, an unexpected bug) ends as reward 0 with a
-reason in the Breakdown and a counter in the metrics, never as an exception.
+reason in the Breakdown and a counter in the metrics, never as an exception. A trajectory
+whose judging outlasts `deadline_s` scores 0 on both rewards with reason "deadline: ...".
 """
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ class Judge:
     """Scores a reward-server request; like the release, the outcome is judged only when
     rubric_reward_ratio < 1 and the rubrics only when it is > 0."""
     try:
-      inp = parse_request(request)
+      inp = parse_request(request, max_rubrics=self.config.max_rubrics,
+                          max_history=self.config.max_history_messages)
     except RequestError as e:
       inp = JudgeInput(question="", label="", rubrics=[], history=[], error=f"bad input: {e}")
       return await self.score_input(inp)
@@ -100,7 +102,10 @@ class Judge:
     breakdown = Breakdown(backend=self.backend.name)
     usage = Usage()
     try:
-      await self._score(inp, outcome, rubric, breakdown, usage)
+      async with asyncio.timeout(self.config.deadline_s):
+        await self._score(inp, outcome, rubric, breakdown, usage)
+    except TimeoutError:
+      self._past_deadline(breakdown)
     except Exception as e:  # last resort: a judge bug must not kill a training step
       logger.exception("judge failed on a trajectory")
       self._fail(breakdown, "outcome", f"internal judge error: {type(e).__name__}: {e}")
@@ -110,6 +115,15 @@ class Judge:
                                                             usage.completion_tokens)
     breakdown.reasks = usage.reasks
     return breakdown
+
+  def _past_deadline(self, breakdown: Breakdown) -> None:
+    """Zero on both rewards, whatever was judged before the deadline."""
+    self._metrics.deadlines += 1
+    reason = f"deadline: judging took more than {self.config.deadline_s:g} s"
+    for which in ("outcome", "rubric"):
+      self._fail(breakdown, which, reason)
+    for score in breakdown.rubrics:
+      score.connected = False
 
   def _fail(self, breakdown: Breakdown, which: str, reason: str) -> None:
     setattr(breakdown, f"{which}_reward", 0.0)

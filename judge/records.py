@@ -14,6 +14,7 @@ Text is made valid UTF-8 and bounded here, so nothing downstream sees bytes or l
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from typing import Any
 
@@ -73,13 +74,50 @@ def _require(cond: bool, field: str, message: str) -> None:
     raise RequestError(field, message)
 
 
-def parse_request(data: Any, text_limit: int = 1_000_000) -> JudgeInput:
-  """Validates a release-shaped request; raises RequestError naming the first bad field."""
+def json_depth(value: Any) -> int:
+  """Nesting depth of a parsed JSON value (a scalar is 0, `[]` is 1); iterative, so safe at
+  any depth. The same rule as `carr_jax.safe_text.json_depth` (judge/ imports no carr_jax)."""
+  depth, stack = 0, [(value, 0)]
+  while stack:
+    node, level = stack.pop()
+    if isinstance(node, dict):
+      node = list(node.values())
+    if isinstance(node, list):
+      depth = max(depth, level + 1)
+      stack.extend((child, level + 1) for child in node)
+  return depth
+
+
+def load_body(body: bytes | str, max_depth: int) -> Any:
+  """The JSON value of a request body; RequestError("body", ...) when it is not valid JSON
+  (bad UTF-8, too-long integers and RecursionError from thousands of brackets included) or
+  nests deeper than `max_depth`."""
+  try:
+    data = json.loads(body)
+  except RecursionError:
+    raise RequestError("body", f"JSON nested deeper than {max_depth} levels "
+                               "(max_json_depth)") from None
+  except ValueError:
+    raise RequestError("body", "not valid JSON") from None
+  _require(json_depth(data) <= max_depth, "body",
+           f"JSON nested deeper than {max_depth} levels (max_json_depth)")
+  return data
+
+
+def parse_request(data: Any, text_limit: int = 1_000_000, *, max_rubrics: int | None = None,
+                  max_history: int | None = None) -> JudgeInput:
+  """Validates a release-shaped request; raises RequestError naming the first bad field.
+
+  `max_rubrics` / `max_history` cap the rubric and message counts (the server passes
+  JudgeConfig.max_rubrics / max_history_messages; None = no cap).
+  """
   _require(isinstance(data, dict), "body", "must be a JSON object")
   for key in ("history", "label", "task_unfinished", "remote_env_info"):
     _require(key in data, key, "missing required field")
   history = data["history"]
   _require(isinstance(history, list), "history", "must be a list of messages")
+  _require(max_history is None or len(history) <= max_history, "history",
+           f"{len(history)} messages, the limit is {max_history} (max_history_messages)")
   for i, message in enumerate(history):
     _require(isinstance(message, dict), f"history[{i}]", "must be an object")
   label = data["label"]
@@ -98,6 +136,8 @@ def parse_request(data: Any, text_limit: int = 1_000_000) -> JudgeInput:
            "must be a string (the question)")
   rubrics = env.get("rubrics", [])
   _require(isinstance(rubrics, list), "remote_env_info.rubrics", "must be a list of strings")
+  _require(max_rubrics is None or len(rubrics) <= max_rubrics, "remote_env_info.rubrics",
+           f"{len(rubrics)} rubrics, the limit is {max_rubrics} (max_rubrics)")
   clean_rubrics = []
   for i, rubric in enumerate(rubrics):
     text = as_text(rubric, text_limit)

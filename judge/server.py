@@ -12,6 +12,11 @@ Response: `{reward, outcome_reward, rubric_reward, rubric_scores}` exactly as th
 only if ratio > 0), plus `breakdown`, our full per-trajectory record. A malformed request gets
 HTTP 400 whose `detail` names the field; a judge failure is a reward of 0 with a reason, not a
 500. `GET /metrics` returns the judge counters (calls, tokens, cache hit rate, errors).
+
+Limits (JudgeConfig): a body over `max_body_bytes` gets 413; more than `max_rubrics` rubrics,
+more than `max_history_messages` messages or JSON nested deeper than `max_json_depth` get 400;
+each detail names the config key. Scoring past `deadline_s` gives reward 0 with reason
+"deadline: ...". The response is always valid UTF-8 (lone surrogates become U+FFFD).
 """
 from __future__ import annotations
 
@@ -24,25 +29,47 @@ import uvicorn
 
 from judge.config import add_config_arguments, config_from_args
 from judge.pipeline import Judge
-from judge.records import RequestError, parse_request
+from judge.records import RequestError, clean_text, load_body, parse_request
+
+
+async def read_body(request: fastapi.Request, limit: int) -> bytes:
+  """The request body, or HTTP 413 as soon as it is known to exceed `limit` bytes."""
+  too_large = fastapi.HTTPException(413, f"body: larger than {limit} bytes (max_body_bytes)")
+  declared = request.headers.get("content-length", "")
+  if declared.isdigit() and int(declared) > limit:
+    raise too_large
+  chunks, size = [], 0
+  async for chunk in request.stream():
+    size += len(chunk)
+    if size > limit:
+      raise too_large
+    chunks.append(chunk)
+  return b"".join(chunks)
+
+
+def json_response(payload: dict) -> fastapi.Response:
+  """A JSON response that always encodes (a stray surrogate becomes U+FFFD, never a 500)."""
+  text = clean_text(json.dumps(payload, ensure_ascii=False))
+  return fastapi.Response(text.encode("utf-8"), media_type="application/json")
 
 
 def create_app(judge: Judge) -> fastapi.FastAPI:
   app = fastapi.FastAPI(title="carr_jax judge")
+  config = judge.config
 
   @app.post("/evaluate")
-  async def evaluate(request: fastapi.Request) -> dict:
+  async def evaluate(request: fastapi.Request) -> fastapi.Response:
+    body = await read_body(request, config.max_body_bytes)
     try:
-      data = json.loads(await request.body())
-    except ValueError:
-      raise fastapi.HTTPException(400, "body: not valid JSON") from None
-    try:
-      inp = parse_request(data)
+      inp = parse_request(load_body(body, config.max_json_depth),
+                          max_rubrics=config.max_rubrics,
+                          max_history=config.max_history_messages)
     except RequestError as e:
       raise fastapi.HTTPException(400, str(e)) from None
     ratio = inp.rubric_reward_ratio
     breakdown = await judge.score_input(inp, outcome=ratio < 1, rubric=ratio > 0)
-    return {**breakdown.release_response(ratio), "breakdown": breakdown.to_dict()}
+    return json_response({**breakdown.release_response(ratio),
+                          "breakdown": breakdown.to_dict()})
 
   @app.get("/health")
   async def health() -> dict:

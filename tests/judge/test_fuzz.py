@@ -41,7 +41,8 @@ def garbage_reply(rng: random.Random, body: dict) -> Reply:
     return Reply(status=rng.choice([400, 404, 422]), content=None, raw_body='{"error": 1}')
   if choice == 7:
     return Reply(raw_body=rng.choice([b'{"choices": [{"message": {"content": "\xff\xfe"}}]}',
-                                      "<html>bad gateway</html>", '{"choices": "x"}', "null"]))
+                                      "<html>bad gateway</html>", '{"choices": "x"}', "null",
+                                      SURROGATE_REPLY]))
   if choice == 8:
     return Reply(json.dumps(rng.choice([[], 3, "text", None, [{"E0": "x"}]])))
   if choice == 9:
@@ -52,6 +53,10 @@ def garbage_reply(rng: random.Random, body: dict) -> Reply:
 
 
 VALID = Reply()  # marker: the script answers validly
+# A lone surrogate escaped in the reply JSON, inside the answer and as an entity name.
+SURROGATE_REPLY = ('{"choices": [{"message": {"content": "```json\\n{\\"E0\\": \\"\\ud800\\", '
+                   '\\"extracted_final_answer\\": \\"a\\udfff\\", \\"correct\\": \\"no\\"}'
+                   '\\n```"}}]}')
 
 
 def test_fuzzed_judge_outputs_over_http():
@@ -133,7 +138,7 @@ def _check(results):
     assert 0.0 <= result.outcome_reward <= 1.0 and 0.0 <= result.rubric_reward <= 1.0
     assert isinstance(result.outcome_reason, str) and result.outcome_reason
     assert isinstance(result.rubric_reason, str) and result.rubric_reason
-    json.dumps(result.to_dict())  # serialisable, e.g. for logs and the server
+    json.dumps(result.to_dict(), ensure_ascii=False).encode("utf-8")  # serialisable, valid UTF-8
 
 
 def test_fuzzed_trajectories_and_records_gold_backend():

@@ -80,3 +80,14 @@ def test_outcome_accepted(text, expected):
 def test_outcome_rejected(text):
   with pytest.raises(OutputError):
     parse_outcome(text)
+
+
+def test_hostile_replies_are_output_errors_or_clean_values():
+  assert parse_entity_names('```json\n{"E0": "Orla\\ud800"}\n```', ["E0"]) == {"E0": "Orla\ufffd"}
+  assert parse_outcome('{"extracted_final_answer": "\\udfff", "correct": "no"}') == (
+      "\ufffd", False)
+  for text in ("```json\n" + "[" * 100_000 + "\n```", "```json\n" + "[" * 17 + "]" * 17 + "\n```",
+               '```json\n{"E0": ' + "9" * 5000 + "}\n```", "{" * 100_000,
+               "x " + '{"E0": ' * 5000):
+    with pytest.raises(OutputError):
+      parse_entity_names(text, ["E0"])
