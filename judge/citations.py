@@ -14,7 +14,11 @@ parentheses is allowed (Wikipedia-style `Foo_(bar)`). The `view-source:` prefix 
 
 Content collection walks the `history` (reference.md section 2 formats): search results give
 snippets for their URLs, an open gives the page text of its `URL Source`, a find gives its
-`[Match k]` blocks to the page that was open at that moment. Only the first `max_citations`
+`[Match k]` blocks to the page that was open at that moment. Tool outputs also carry text the
+agent chose (a find echoes its pattern when nothing matched, an error may echo a URL), so
+only outputs in the real result shape count: an open must start with its `Title:` / `URL
+Source:` header, a find with `[Match 1]`, and a find's pattern never enters the context.
+Only the first `max_citations`
 distinct cited URLs are used (the paper's cap; the release instead skips unseen URLs before
 counting). A URL that never appeared in a tool output contributes nothing. Each snippet, page
 text and find output appears at most once in the context.
@@ -22,7 +26,6 @@ text and find output appears at most once in the context.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from typing import Any
 
@@ -72,7 +75,7 @@ class PageContent:
   published: str = ""
   snippets: list[str] = dataclasses.field(default_factory=list)
   texts: list[str] = dataclasses.field(default_factory=list)  # bodies of `open` outputs
-  finds: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (pattern, matches)
+  finds: list[str] = dataclasses.field(default_factory=list)  # `[Match k]` blocks of finds
 
   @property
   def opened(self) -> bool:
@@ -103,7 +106,14 @@ def parse_search(output: str) -> list[dict[str, str]]:
 
 
 def parse_open(output: str) -> dict[str, str] | None:
-  """`Title/URL Source/Published Time/Markdown Content:` -> {url, title, published, text}."""
+  """`Title/URL Source/Published Time/Markdown Content:` -> {url, title, published, text}.
+
+  None unless the output starts with a header field: an error message that echoes a URL the
+  agent wrote (with its own `URL Source:` lines in it) is not a page.
+  """
+  first = next((line for line in output.splitlines() if line.strip()), "")
+  if not _OPEN_FIELD.match(first.strip()):
+    return None
   mark = _MARKDOWN_MARK.search(output)
   header, body = (output[:mark.start()], output[mark.end():]) if mark else (output, "")
   fields: dict[str, str] = {}
@@ -118,23 +128,19 @@ def parse_open(output: str) -> dict[str, str] | None:
           "published": fields.get("Published Time", ""), "text": body.strip()}
 
 
-def _tool_call_fields(call: Any) -> tuple[Any, Any, Any]:
-  """(id, name, arguments) of a release-style or OpenAI-style tool call."""
+def is_find_result(output: str) -> bool:
+  """True for a find that matched: real results start with `[Match 1]`. A find that matched
+  nothing answers `No matches for <pattern> ...`, and its pattern is the agent's own text."""
+  return output.lstrip().startswith("[Match 1]")
+
+
+def _tool_call_fields(call: Any) -> tuple[Any, Any]:
+  """(id, name) of a release-style or OpenAI-style tool call (its arguments never count)."""
   if not isinstance(call, dict):
-    return None, None, None
+    return None, None
   if isinstance(call.get("function"), dict):
-    return call.get("id"), call["function"].get("name"), call["function"].get("arguments")
-  return call.get("tool_call_id", call.get("id")), call.get("name"), call.get("arguments")
-
-
-def _argument(arguments: Any, key: str) -> str:
-  if isinstance(arguments, str):
-    try:
-      arguments = json.loads(arguments)
-    except ValueError:
-      return ""
-  value = arguments.get(key) if isinstance(arguments, dict) else None
-  return value if isinstance(value, str) else ""
+    return call.get("id"), call["function"].get("name")
+  return call.get("tool_call_id", call.get("id")), call.get("name")
 
 
 def _tool_outputs(message: dict) -> list[tuple[Any, Any]]:
@@ -148,7 +154,7 @@ def collect_pages(history: list, max_output_chars: int) -> tuple[dict[str, PageC
                                                                   list[str]]:
   """What the agent received per URL, and warnings about tool messages that were skipped."""
   pages: dict[str, PageContent] = {}
-  calls: dict[Any, tuple[str, Any]] = {}
+  calls: dict[Any, Any] = {}  # call id -> tool name
   warnings: list[str] = []
   current_url: str | None = None  # page open at the time, for find attribution
   for i, message in enumerate(history):
@@ -157,9 +163,9 @@ def collect_pages(history: list, max_output_chars: int) -> tuple[dict[str, PageC
     role = message.get("role")
     if role == "assistant" and isinstance(message.get("tool_calls"), list):
       for call in message["tool_calls"]:
-        call_id, name, arguments = _tool_call_fields(call)
+        call_id, name = _tool_call_fields(call)
         if isinstance(call_id, (str, int)):
-          calls[call_id] = (name, arguments)
+          calls[call_id] = name
       continue
     if role != "tool":
       continue
@@ -170,7 +176,7 @@ def collect_pages(history: list, max_output_chars: int) -> tuple[dict[str, PageC
       if not isinstance(call_id, (str, int)) or call_id not in calls:
         warnings.append(f"history[{i}]: tool output for unknown call {call_id!r} skipped")
         continue
-      name, arguments = calls[call_id]
+      name = calls[call_id]
       kind = TOOL_NAMES.get(name) if isinstance(name, str) else None
       if kind is None:
         warnings.append(f"history[{i}]: unknown tool {name!r} ignored")
@@ -189,8 +195,8 @@ def collect_pages(history: list, max_output_chars: int) -> tuple[dict[str, PageC
           page.title = page.title or opened["title"]
           page.published = page.published or opened["published"]
           page.texts.append(opened["text"])
-      elif current_url is not None and "[Match" in output:
-        pages[current_url].finds.append((_argument(arguments, "pattern"), output.strip()))
+      elif current_url is not None and is_find_result(output):
+        pages[current_url].finds.append(output.strip())
   return pages, warnings
 
 
@@ -213,7 +219,7 @@ def build_context(cited_urls: list[str], pages: dict[str, PageContent],
     blocks = ["\n".join(header)]
     sections = [("Search snippet", s) for s in page.snippets]
     sections += [("Page content", t) for t in page.texts]
-    sections += [(f"Find results for {p!r}", m) for p, m in page.finds]
+    sections += [("Find results", m) for m in page.finds]  # never the pattern itself
     for heading, text in sections:
       text = text.strip()
       if text and text not in seen:

@@ -109,6 +109,10 @@ class BrowserSession:
       url = id_.strip().strip("<>\"'")
       if not url:
         raise BackendError("browser.open needs a result number or a URL.", "bad_arguments")
+      if any(c.isspace() or not c.isprintable() for c in url):
+        # Error messages echo the URL; one with line breaks could forge a page header there.
+        raise BackendError("A URL cannot contain spaces, line breaks or control characters.",
+                           "bad_arguments")
       return url
     if self.results is None:
       raise BackendError(f"There is no search result {id_}: nothing has been searched yet. "

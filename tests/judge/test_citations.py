@@ -74,9 +74,8 @@ def test_collect_attributes_finds_to_the_page_open_at_the_time():
   assert warnings == []
   assert set(pages) == {A, B, C}
   assert pages[A].snippets == ["snippet about a", "snippet about a"]
-  assert [p for p, _ in pages[A].finds] == ["alpha", "gamma"]
-  assert [p for p, _ in pages[B].finds] == ["beta"]
-  assert "gamma match on A" in pages[A].finds[1][1]
+  assert pages[A].finds == ["[Match 1] alpha match on A", "[Match 1] gamma match on A"]
+  assert pages[B].finds == ["[Match 1] beta match on B"]
   assert pages[C].texts == [] and not pages[C].opened and pages[A].opened
 
 
@@ -118,7 +117,7 @@ def test_odd_tool_messages_are_skipped_with_warnings():
   history.insert(1, "not a message")
   pages, warnings = collect_pages(history, 10_000)
   assert set(pages) == {B}
-  assert pages[B].texts == ["page b"] and pages[B].finds == [("", "[Match 1] match on b")]
+  assert pages[B].texts == ["page b"] and pages[B].finds == ["[Match 1] match on b"]
   assert any("unknown tool 'browser.click'" in w for w in warnings)
   assert any("unknown call 'ghost'" in w for w in warnings)
 
