@@ -1,0 +1,68 @@
+"""No API key leaks through an HTTP failure's text (issue 13, item 6).
+
+A real endpoint on 127.0.0.1 answers every chat call with HTTP 401 whose body echoes the
+request headers, as some gateways do. The key must not reach the error reason, the Breakdown,
+the reward server's response, a results line, or the log.
+Run: python -m pytest tests/judge/test_secrets.py -q
+"""
+import json
+import logging
+
+import fastapi
+import httpx
+
+from judge import Judge, JudgeConfig, to_request
+from judge import example_world as ew
+from judge.llm import REDACTED, redact
+from judge.server import create_app
+from judge.testing import ServedApp
+
+KEY = "sk-loopback-0123456789abcdef"
+OTHER = "Bearer other-secret-token-value"
+
+
+def echoing_endpoint() -> fastapi.FastAPI:
+  app = fastapi.FastAPI()
+
+  @app.post("/v1/chat/completions")
+  async def chat(request: fastapi.Request) -> fastapi.Response:
+    headers = dict(request.headers)
+    body = {"error": {"message": f"Invalid key {headers.get('authorization', '')[7:]}",
+                      "request_headers": headers, "proxy": {"Authorization": OTHER}}}
+    return fastapi.responses.JSONResponse(body, status_code=401)
+
+  return app
+
+
+def test_redact_removes_configured_keys_and_authorization_like_values():
+  text = ('{"authorization": "Bearer abc.def-123456", "x-api-key": "k-9", '
+          'token=tok123 "note": "key XYZ-SECRET-1 expired", Basic dXNlcjpwYXNzd29yZA==}')
+  cleaned = redact(text, ("XYZ-SECRET-1",))
+  for secret in ("abc.def-123456", "k-9", "tok123", "XYZ-SECRET-1", "dXNlcjpwYXNzd29yZA=="):
+    assert secret not in cleaned
+  assert cleaned.count(REDACTED) == 5 and '"note": "key' in cleaned
+  assert redact("a plain error about tokens") == "a plain error about tokens"
+
+
+def test_echoed_authorization_header_never_stored_or_logged(monkeypatch, caplog):
+  monkeypatch.setenv("JUDGE_SECRET_TEST_KEY", KEY)
+  caplog.set_level(logging.DEBUG)
+  request = to_request(ew.good_trajectory(), ew.example_task(), 0.5)
+  with ServedApp(echoing_endpoint()) as endpoint:
+    config = JudgeConfig(base_url=endpoint.url + "/v1", model="m",
+                         api_key_env="JUDGE_SECRET_TEST_KEY", retries=0)
+    with ServedApp(create_app(Judge(config))) as served:
+      # The endpoint does echo the key: the leak is real without redaction.
+      echoed = httpx.post(endpoint.url + "/v1/chat/completions", json={},
+                          headers={"authorization": f"Bearer {KEY}"}).text
+      assert KEY in echoed
+      response = httpx.post(served.url + "/evaluate", json=request, timeout=30)
+  assert response.status_code == 200
+  result = response.json()
+  stored = json.dumps(result, ensure_ascii=False) + "\n"  # what evaluate writes per question
+  assert result["reward"] == 0.0
+  assert "HTTP 401" in result["breakdown"]["outcome_reason"]
+  assert REDACTED in result["breakdown"]["outcome_reason"]
+  for secret in (KEY, KEY[3:], "other-secret-token-value"):
+    assert secret not in stored
+    assert secret not in caplog.text
