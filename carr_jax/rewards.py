@@ -155,13 +155,17 @@ def _as_valid(valid, shape) -> np.ndarray:
 
 def group_advantages(rewards, scale_by_std: bool = True, std_ddof: int = 1,
                      eps: float = 1e-6) -> np.ndarray:
-  """A = (R - mean) / (std + eps) over the last axis, or R - mean without std scaling."""
+  """A = (R - mean) / (std + eps) over the last axis, or R - mean without std scaling.
+
+  Only the std needs more than `std_ddof` samples per group; without it a group of one is
+  fine (its advantage is 0).
+  """
   r = np.asarray(rewards, dtype=np.float64)  # [P, G]
-  if r.shape[-1] - std_ddof < 1:
-    raise ValueError(f"group size {r.shape[-1]} is too small for std with ddof={std_ddof}")
   centred = r - r.mean(axis=-1, keepdims=True)
   if not scale_by_std:
     return centred
+  if r.shape[-1] - std_ddof < 1:
+    raise ValueError(f"group size {r.shape[-1]} is too small for std with ddof={std_ddof}")
   return centred / (r.std(axis=-1, ddof=std_ddof, keepdims=True) + eps)
 
 

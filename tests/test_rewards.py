@@ -143,3 +143,14 @@ def test_valid_mask_from_statuses():
   np.testing.assert_array_equal(rw.valid_mask(statuses), [[T, F, F], [F, F, T]])
   with pytest.raises(ValueError, match=r"status\[\(1, 0\)\] = 'done'"):
     rw.valid_mask([["completed"], ["done"]])
+
+
+def test_group_of_one_without_std_scaling_has_zero_advantage():
+  cfg = rw.RewardConfig(scale_by_std=False)
+  out = rw.compute_group_advantages([[1.0], [0.0]], [[0.5], [1.0]], [[True], [True]], cfg)
+  assert out.advantages.shape == (2, 1)
+  np.testing.assert_array_equal(out.advantages, 0.0)
+  with pytest.raises(ValueError, match="group size 1 is too small for std with ddof=1"):
+    rw.compute_group_advantages([[1.0]], [[0.5]], [[True]], rw.RewardConfig())
+  single = rw.group_advantages([[0.2]], scale_by_std=True, std_ddof=0)  # population std: ok
+  np.testing.assert_array_equal(single, 0.0)
