@@ -10,7 +10,11 @@ One `WebBackend` serves every session of a run: an httpx.AsyncClient per event l
 are bound to the loop they were made in), a concurrency cap, retries with exponential backoff
 on timeouts, transport errors, 429 and 5xx, one in-flight fetch per URL, and an LRU page and
 search cache in memory (pages optionally also on disk). Target URLs pass `url_policy.check_url`
-first (http(s) only, no private or loopback addresses unless `allow_private`).
+first (http(s) only, no private or loopback addresses unless `allow_private`), and the reader
+is sent the URL that check parsed. Redirects are followed by hand, at most `max_redirects`:
+a hop to the search or reader origin is followed as is; any other hop is checked like a target
+URL, connected to at the address that check resolved (no second lookup) and sent no keys.
+The reader itself resolves the target it is given; that lookup is outside this process.
 
   backend = WebBackend(WebConfig(cache_dir="/tmp/page_cache"))   # needs SERPER_API_KEY
 """
@@ -32,7 +36,7 @@ from typing import Any, Callable
 import httpx
 
 from rollout.tools.backend import BackendError, Page, SearchHit
-from rollout.tools.url_policy import check_url
+from rollout.tools.url_policy import check_url, parse_target, pinned_request
 
 SERPER_SEARCH_URL = "https://google.serper.dev/search"
 JINA_READER_URL = "https://r.jina.ai"
@@ -56,6 +60,7 @@ class WebConfig:
   cache_pages: int = 4096  # pages kept in memory (LRU)
   cache_searches: int = 4096  # search results kept in memory (LRU)
   trust_env: bool = True  # honour HTTP(S)_PROXY / NO_PROXY from the environment
+  max_redirects: int = 5  # redirect hops followed (by hand, each one re-checked)
 
 
 def parse_reader_text(text: str, url: str) -> Page:
@@ -125,7 +130,7 @@ class _LoopState:
 
   def __init__(self, cfg: WebConfig):
     self.client = httpx.AsyncClient(
-        timeout=httpx.Timeout(cfg.timeout_s), follow_redirects=True, trust_env=cfg.trust_env)
+        timeout=httpx.Timeout(cfg.timeout_s), follow_redirects=False, trust_env=cfg.trust_env)
     self.semaphore = asyncio.Semaphore(cfg.max_concurrency)
     self.inflight: dict[str, asyncio.Task] = {}
 
@@ -182,8 +187,7 @@ class WebBackend:
         await asyncio.sleep(cfg.backoff_s * 2 ** (attempt - 1))
       try:
         async with state.semaphore:
-          self.http_requests += 1
-          response = await state.client.request(method, url, **kwargs)
+          response = await self._send(state.client, method, url, **kwargs)
       except httpx.TimeoutException:
         problem = f"timed out after {cfg.timeout_s:g} s"
         continue
@@ -197,6 +201,33 @@ class WebBackend:
         raise BackendError(f"{what} failed: HTTP {response.status_code}.")
       return response
     raise BackendError(f"{what} failed after {cfg.attempts} attempts: {problem}.")
+
+  def _origin(self, url: str) -> tuple[str, str, int]:
+    target = parse_target(url)
+    return target.scheme, target.host, target.port
+
+  async def _send(self, client: httpx.AsyncClient, method: str, url: str,
+                  **kwargs: Any) -> httpx.Response:
+    """One request, redirects followed by hand (see the module docstring)."""
+    trusted = {self._origin(self.config.search_url), self._origin(self.config.reader_url)}
+    logical, extensions = url, {}  # logical: the URL before pinning, for relative Locations
+    for _ in range(self.config.max_redirects + 1):
+      self.http_requests += 1
+      response = await client.request(method, url, extensions=extensions, **kwargs)
+      location = response.headers.get("location")
+      if not response.is_redirect or location is None:
+        return response
+      target = parse_target(str(httpx.URL(logical).join(location)))
+      if (target.scheme, target.host, target.port) in trusted:
+        url = logical = target.url
+        extensions = {}
+        continue
+      target = await check_url(target.url, allow_private=self.config.allow_private)
+      logical = target.url
+      url, headers, extensions = pinned_request(target)
+      method, kwargs = "GET", {"headers": headers}  # a foreign host gets no keys, no body
+    raise BackendError(f"Opening {url} failed: more than {self.config.max_redirects} "
+                       "redirects.", code="refused_url")
 
   async def search(self, query: str, num: int) -> list[SearchHit]:
     cached = self._searches.get((query, num))
@@ -218,7 +249,7 @@ class WebBackend:
 
   async def fetch(self, url: str) -> Page:
     url = url.strip()
-    await check_url(url, allow_private=self.config.allow_private)
+    target = await check_url(url, allow_private=self.config.allow_private)
     page = self._pages.get(url)
     if page is None and self._disk is not None:
       page = self._disk.get(url)
@@ -229,15 +260,16 @@ class WebBackend:
     state = self._state()
     task = state.inflight.get(url)
     if task is None:  # the first caller starts the fetch; concurrent callers share it
-      task = asyncio.ensure_future(self._fetch_uncached(url))
+      task = asyncio.ensure_future(self._fetch_uncached(url, target.url))
       state.inflight[url] = task
       task.add_done_callback(_forget(state.inflight, url))
     return await asyncio.shield(task)
 
-  async def _fetch_uncached(self, url: str) -> Page:
+  async def _fetch_uncached(self, url: str, checked_url: str) -> Page:
+    """The page for `url`, read from the reader as `checked_url` (what check_url parsed)."""
     headers = {"Authorization": f"Bearer {self._reader_key}"} if self._reader_key else {}
     reader = self.config.reader_url.rstrip("/")
-    response = await self._request(f"Opening {url}", "GET", f"{reader}/{url}",
+    response = await self._request(f"Opening {url}", "GET", f"{reader}/{checked_url}",
                                    headers=headers)
     page = parse_reader_text(response.text, url)
     if not page.content.strip():
