@@ -1,18 +1,18 @@
 """Citation extraction from the final response and collection of the cited content.
 
-Citation syntax. By default carr_jax counts exactly what the authors' release counts: a
-numbered markdown link directly followed by `]` or `,`, i.e. `[[3](https://...)]` or a list
-`[[3](https://a), [4](https://b)]`. A bare `[3](https://...)` is NOT a citation by default, so
-rewards match the release's server for the same trajectories and a policy is trained toward
-the single format our answer prompt asks for. `accept_plain_links=True` (JudgeConfig) also
-counts bare `[3](url)`; citing more loosely gains nothing the content check would not catch,
-but it changes rewards relative to the release, hence opt-in. Two deliberate differences from
-the release's regex: a URL may not contain whitespace or square brackets (the release's lazy
-`.+?` could swallow `[1](a) text [[2](b)]` into one bogus URL), and one level of balanced
-parentheses is allowed (Wikipedia-style `Foo_(bar)`). The `view-source:` prefix and the
-`r.jina.ai` reader prefix are stripped, from citations and from tool-output URLs alike.
+Citation syntax. By default carr_jax counts the form the authors' release counts: a numbered
+markdown link directly followed by `]` or `,`, i.e. `[[3](https://...)]` or a list
+`[[3](https://a), [4](https://b)]`, with no whitespace inside the parentheses (`[[1]( url )]`
+is not a citation, as in the release). A bare `[3](https://...)` is NOT a citation by default,
+so a policy is trained toward the single format our answer prompt asks for;
+`accept_plain_links=True` (JudgeConfig) also counts it. Where this differs from the release's
+regex (docs/judge-vs-release.md): a URL may not contain whitespace, and its parentheses and
+square brackets must be balanced, one level deep (Wikipedia-style `Foo_(bar)`, `a[1]`); the
+release's lazy `.+?` would instead swallow `[1](a) text [[2](b)]` into one bogus URL. The
+`view-source:` prefix and the `r.jina.ai` reader prefix are stripped, from citations and from
+tool-output URLs alike.
 
-Content collection walks the `history` (reference.md section 2 formats): search results give
+Content collection walks the `history` (the release's message formats): search results give
 snippets for their URLs, an open gives the page text of its `URL Source`, a find gives its
 `[Match k]` blocks to the page that was open at that moment. Tool outputs also carry text the
 agent chose (a find echoes its pattern when nothing matched, an error may echo a URL), so
@@ -31,9 +31,10 @@ from typing import Any
 
 from judge.records import as_text
 
-_URL = r"(?:view-source:)?https?://(?:[^\s()\[\]]|\([^\s()\[\]]*\))+"
-_RELEASE_CITATION = re.compile(r"\[\d+\]\(\s*(" + _URL + r")\s*\)(?=[\],])")
-_PLAIN_CITATION = re.compile(r"\[\d+\]\(\s*(" + _URL + r")\s*\)")
+_URL = (r"(?:view-source:)?https?://"
+        r"(?:[^\s()\[\]]|\([^\s()\[\]]*\)|\[[^\s()\[\]]*\])+")
+_RELEASE_CITATION = re.compile(r"\[\d+\]\((" + _URL + r")\)(?=[\],])")
+_PLAIN_CITATION = re.compile(r"\[\d+\]\((" + _URL + r")\)")
 _READER_PREFIXES = ("view-source:", "https://r.jina.ai/", "http://r.jina.ai/")
 _SEARCH_FIELD = re.compile(
     r"^\[(\d+)\][ \t]*(Title|URL Source|Description|Date|Published Time):[ \t]?(.*)$")

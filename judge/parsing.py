@@ -2,8 +2,10 @@
 
 Every parser returns a clean value or raises `OutputError(reason)`; the caller re-asks the
 judge with that reason and, after `max_reasks`, gives the step reward 0 with the reason.
-Rejected on purpose: missing or invalid JSON, missing/extra keys, names given as the strings
-"null"/"none"/"" or as non-strings, judgments that are not JSON booleans ("true", 1).
+Rejected on purpose: missing or invalid JSON, missing/extra keys, names that are not strings
+or null, judgments that are not JSON booleans ("true", 1). A name that is empty, a placeholder
+("null", "N/A", "not mentioned") or longer than `MAX_NAME_CHARS` is read as null, the paper's
+"not identified": only the rubrics that mention that entity go unidentified.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any
 from judge.records import clean_text, json_depth
 
 _FENCED = re.compile(r"```(?:json)?[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
-_NULL_WORDS = {"null", "none", "n/a", "not identified", "not mentioned"}
+_NULL_WORDS = {"null", "none", "n/a", "na", "not identified", "not mentioned", "unknown"}
 MAX_NAME_CHARS = 300  # a "name" longer than this is prose, not a name
 MAX_JSON_DEPTH = 16  # judge answers are flat objects; deeper is not an answer
 MAX_BARE_ATTEMPTS = 64  # bare `{` positions tried when there is no fenced block
@@ -86,11 +88,9 @@ def parse_entity_names(text: Any, ids: list[str]) -> dict[str, str | None]:
       raise OutputError(f"{key}: must be a string or null, got {type(name).__name__}")
     if isinstance(name, str):
       name = " ".join(name.split())
-      if not name or name.lower().strip(".") in _NULL_WORDS:
-        raise OutputError(f"{key}: write JSON null (not the string {value[key]!r}) when the "
-                          "response does not name the entity")
-      if len(name) > MAX_NAME_CHARS:
-        raise OutputError(f"{key}: a name must be at most {MAX_NAME_CHARS} characters")
+      if (not name or name.lower().strip(".") in _NULL_WORDS
+          or len(name) > MAX_NAME_CHARS):
+        name = None  # no usable name: this entity is not identified (paper), no re-ask
     names[key] = name
   return names
 

@@ -6,8 +6,8 @@
   breakdown = judge.score_sync(trajectory, task)   # outside an event loop
   judge.metrics()                                  # calls, tokens, cache hits, errors, ...
 
-Steps (paper section 2.2, reference.md section 1); only the final response before its last
-`## References` heading is judged:
+Steps (paper section 2.2; differences from the release: docs/judge-vs-release.md); only the
+final response before its last `## References` heading is judged:
   outcome  backend.grade_outcome -> 1 or 0.
   rubric   citations: first `max_citations` distinct cited URLs, content the agent received
            for them (judge/citations.py); no usable citation -> 0 without any LLM call (the

@@ -1,7 +1,7 @@
 """Judge inputs: the reward-server request, trajectory + CaRR records, and the final response.
 
 Two input shapes reach the judge, both normalised into one `JudgeInput`:
-  * the release's reward-server request (reference.md section 2):
+  * the release's reward-server request:
       {history, label, task_unfinished, remote_env_info: {search_forbidden_strs, rubrics,
        rubric_reward_ratio}}  (+ our optional `remote_env_info.gold` for the gold backend);
   * a trajectory record (docs/design.md section 2) with its CaRR task record (section 3);

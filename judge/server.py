@@ -1,10 +1,12 @@
-"""CaRR reward server, compatible with the authors' release: `POST /evaluate` + `GET /health`.
+"""CaRR reward server with the authors' release API: `POST /evaluate` + `GET /health`.
+
+Where its scoring differs from the release, and why: docs/judge-vs-release.md.
 
   python -m judge.server --port 8888 --base-url https://api.deepseek.com \\
       --model deepseek-chat --api-key-env DEEPSEEK_API_KEY      # binds 127.0.0.1
   python -m judge.server --backend gold --port 8888              # synthetic world only
 
-Request (reference.md section 2): `{history, label, task_unfinished, remote_env_info:
+Request (the release's shape): `{history, label, task_unfinished, remote_env_info:
 {search_forbidden_strs: [question], rubrics: [str], rubric_reward_ratio: float}}`; our
 extension: `remote_env_info.gold` (the synthetic world's gold annotations, gold backend).
 Response: `{reward, outcome_reward, rubric_reward, rubric_scores}` exactly as the release

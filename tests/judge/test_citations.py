@@ -20,7 +20,9 @@ A, B, C = "https://a.example/x", "https://b.example/y", "https://c.example/z"
     ("[[1](https://en.wiki.example/Foo_(bar))]", ["https://en.wiki.example/Foo_(bar)"]),
     # The release's lazy regex would read one bogus URL spanning both links here.
     (f"[1]({A}) text [[2]({B})]", [B]),
-    (f"[[1]( {A} )]", [A]),
+    (f"[[1]( {A} )]", []),  # whitespace inside the parentheses: not a citation (release)
+    ("[[1](https://a.example/x[1])]", ["https://a.example/x[1]"]),  # balanced brackets
+    ("[[1](https://a.example/x]y)]", []),
     ("[[1](ftp://a.example)] [[2](not a url)]", []),
 ])
 def test_extract_citations_release_form(text, expected):
