@@ -50,6 +50,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.world_shortcut_fraction = 0.25  # share of (multi-hop) questions admitting a shortcut
   c.data.world_locality = 0.0  # chance a person studies/works in their birth city (graph.py)
   c.data.world_distractors = 6  # distractor sentences per synthetic page (0-6)
+  c.data.world_short_names = False  # one-token names, one-word people (world/graph.py)
+  c.data.world_prompt = "full"  # "full" | "brief" (2 terse tool schemas, one-line format rule)
   c.data.prompts_per_step = 16  # questions per step (paper: 16)
   c.data.group_size = 8  # rollouts per question, G (paper: 8)
   c.data.epochs = 3  # passes over the training questions (paper: 3); bounds num_steps

@@ -120,3 +120,32 @@ def test_evidence_graph_is_drawn_even_without_scored_rubrics():
   graph = evidence_graph(_breakdown(0, 0.0), rubrics)
   assert {"E0", "E1", "E2", "R0", "R1"} <= set(graph.nodes)
   assert all(graph.nodes[n]["state"] == "none" for n in ("R0", "R1"))
+
+
+def test_short_names_are_one_token_with_and_without_a_leading_space():
+  from carr_jax.world.graph import SHORT_NAMES
+  tok = qwen3_tokenizer()
+  assert len(set(SHORT_NAMES)) == len(SHORT_NAMES) >= 150
+  for name in SHORT_NAMES:
+    assert len(tok.encode(name)) == 1 and len(tok.encode(" " + name)) == 1, name
+
+
+def test_short_names_brief_prompt_world_is_solved_by_the_expert_with_a_shorter_prompt():
+  from carr_jax.world import ontology as on
+  from carr_jax.world.graph import SHORT_NAMES
+  kwargs = dict(style="named", min_hops=1, max_hops=2, locality=0.8, shortcut_fraction=0.5,
+                distractors=0)
+  short = build_world(3, 100, 40, short_names=True, prompt="brief", **kwargs)
+  full = build_world(3, 100, 40, **kwargs)
+  names = {d["name"] for _, d in short.graph.nodes(data=True)
+           if d["type"] in (on.PERSON, on.CITY, on.PROVINCE)}
+  assert names and names <= set(SHORT_NAMES)
+  assert [t["name"] for t in short.train[0]["tools"]] == ["browser.search", "browser.open"]
+  fmt = chat.ChatFormat(qwen3_tokenizer())
+  prompt_len = lambda r: len(fmt.prompt_ids(r["input_messages"], r["tools"]))  # noqa: E731
+  assert prompt_len(short.train[0]) < 0.5 * prompt_len(full.train[0])  # 247 vs 528 tokens
+  trajs = asyncio.run(expert_trajectories(short.train[:8], short.corpus_backend(), fmt,
+                                          ExpertConfig(1, False, "brief")))
+  judge = Judge(JudgeConfig(backend="gold", use_cache=False))
+  scores = asyncio.run(judge.score_batch(list(zip(trajs, short.train[:8]))))
+  assert all(b.outcome_reward == 1.0 and b.rubric_reward == 1.0 for b in scores)

@@ -35,17 +35,38 @@ _ORG_PATTERNS = {
 }
 
 
-class _Namer:
-  """Invented words, unique across the world."""
+# One-syllable names that the Qwen3 tokenizer keeps whole, as one token both with and without
+# a leading space (checked by tests/test_named_world.py), and that are not common English words.
+SHORT_NAMES = tuple("""
+Bal Ban Bar Bas Bei Bel Ben Ber Bes Beth Bin Bon Bre Brian Bro Bron Bru Brun Bur Cal Cam Car
+Cas Cel Col Cond Cor Cos Cou Cour Cum Cur Dal Dam Dan Dar Das Del Dem Den Der Des Dia Dom Don
+Dos Dou Dur Fal Fel Fil Fin Gal Gam Gar Ger Gil Gran Gre Gro Hal Ham Han Har Hel Hen Hol Hom
+Hon Hor Hum Hur Kal Kar Keith Kel Ken Kim Kin Kir Kom Kon Len Lex Lin Lon Lou Lux Mal Mar Mas
+Mel Mer Mes Mex Mil Min Mir Mis Mor Mos Mul Mur Mus Nam Neil Nom Nos Pal Par Pel Pes Pol Por
+Pos Ram Rol Rom Ron Ros Sal Sam San Sel Sem Sen Ser Sha Shar Sher Sil Sim Ste Ster Stan Tam
+Tan Tar Ter Tes Thor Tim Tom Ton Tor Tra Tre Tri Tro Trou Tur Val Van Var Vel Ven Ver Vin Vir
+Vol Wal Wei Wel Wer Wil Win Wir Wis Zen Zend""".split())
 
-  def __init__(self, rng: random.Random):
+
+class _Namer:
+  """Invented words, unique across the world; `short`: drawn from SHORT_NAMES (one token)."""
+
+  def __init__(self, rng: random.Random, short: bool = False):
     self._rng = rng
     self._used: set[str] = set()
+    self.short = short
 
   def word(self, min_len: int = 5) -> str:
+    if self.short:
+      free = [w for w in SHORT_NAMES if w.lower() not in self._used]
+      if not free:
+        raise ValueError(f"short names: a world can have at most {len(SHORT_NAMES)} names")
+      w = self._rng.choice(free)
+      self._used.add(w.lower())
+      return w
     while True:
-      parts = [self._rng.choice(_ONSETS) + self._rng.choice(_VOWELS)
-               for _ in range(self._rng.choice((2, 2, 3)))]
+      syllables = self._rng.choice((2, 2, 3))
+      parts = [self._rng.choice(_ONSETS) + self._rng.choice(_VOWELS) for _ in range(syllables)]
       w = ("".join(parts) + self._rng.choice(_CODAS)).capitalize()
       if len(w) >= min_len and w.lower() not in self._used:
         self._used.add(w.lower())
@@ -71,8 +92,9 @@ def _prefer(rng: random.Random, nodes: list[str], ok) -> str:
   return rng.choice(fitting or nodes)
 
 
-def _add_entities(g: nx.MultiDiGraph, rng: random.Random, counts: dict[str, int]) -> None:
-  namer = _Namer(rng)
+def _add_entities(g: nx.MultiDiGraph, rng: random.Random, counts: dict[str, int],
+                  short_names: bool) -> None:
+  namer = _Namer(rng, short_names)
 
   def add(type_, name, noun, aliases, attrs):
     g.add_node(f"e{g.number_of_nodes():04d}", type=type_, name=name, noun=noun,
@@ -90,13 +112,16 @@ def _add_entities(g: nx.MultiDiGraph, rng: random.Random, counts: dict[str, int]
         {"founded_year": rng.randint(900, 1900), "population": _log_uniform(rng, 1_500, 4.5e6),
          "elevation_m": rng.randint(1, 3_900)})
   for _ in range(counts[on.PERSON]):
-    first, last = namer.word(4), namer.word()
+    first = namer.word(4)
+    last = "" if short_names else namer.word()
     birth = rng.randint(1700, 1975)
     attrs = {"birth_year": birth}
     if birth + 95 < 2020 or rng.random() < 0.5:
       attrs["death_year"] = min(2023, birth + rng.randint(30, 95))
-    add(on.PERSON, f"{first} {last}", rng.choice(on.OCCUPATIONS), [f"{first[0]}. {last}"],
-        attrs)
+    name, aliases = f"{first} {last}", [f"{first[0]}. {last}"]
+    if short_names:  # one word, one token
+      name, aliases = first, []
+    add(on.PERSON, name, rng.choice(on.OCCUPATIONS), aliases, attrs)
   for _ in range(counts[on.ORGANIZATION]):
     kind = rng.choice(on.ORG_KINDS)
     name = _ORG_PATTERNS[kind].format(w=namer.word())
@@ -169,11 +194,12 @@ def _add_relations(g: nx.MultiDiGraph, rng: random.Random, locality: float) -> N
     g.add_edge(award, rng.choice(by_type[on.ORGANIZATION]), key="presented_by")
 
 
-def build_graph(rng: random.Random, num_entities: int,
-                locality: float = 0.0) -> nx.MultiDiGraph:
+def build_graph(rng: random.Random, num_entities: int, locality: float = 0.0,
+                short_names: bool = False) -> nx.MultiDiGraph:
   """`locality`: chance that a person studies at / works for an organization based in their
-  birth city, when one exists (0 keeps the draws, and so the worlds, of earlier versions)."""
+  birth city, when one exists (0 keeps the draws, and so the worlds, of earlier versions);
+  `short_names`: one-token names (SHORT_NAMES), one-word people: a hop copies one token."""
   g = nx.MultiDiGraph()
-  _add_entities(g, rng, _counts(num_entities))
+  _add_entities(g, rng, _counts(num_entities), short_names)
   _add_relations(g, rng, locality)
   return g

@@ -21,7 +21,7 @@ from carr_jax.world import compose, named
 from carr_jax.world.graph import build_graph
 from carr_jax.world.pages import EntityPage, render_pages
 from carr_jax.world.questions import Question
-from rollout.tools.schemas import tool_schemas
+from rollout.tools.schemas import brief_tool_schemas, tool_schemas
 
 SOURCE = "carr_jax_synthetic_world"
 RESPONSE_FORMAT_SUFFIX = (
@@ -35,6 +35,12 @@ RESPONSE_FORMAT_SUFFIX = (
     "Only the answer itself, as short as possible.\n"
     "## References\n"
     "Every cited source once, one per line, as n. url")
+# The same contract in ~40 tokens instead of ~120 (`prompt="brief"`, small CPU policies).
+BRIEF_FORMAT_SUFFIX = (
+    "\n\nUse the tools. Reply with ## Explanation with Citations (each fact cited as "
+    "[[n](url)]), ## Exact Answer, ## References (n. url per line).")
+_PROMPTS = {"full": (RESPONSE_FORMAT_SUFFIX, tool_schemas),
+            "brief": (BRIEF_FORMAT_SUFFIX, brief_tool_schemas)}
 
 
 @dataclasses.dataclass
@@ -55,14 +61,15 @@ class World:
 
 
 def carr_record(qid: str, question: str, label: str, rubrics: list[str],
-                gold: dict | None = None) -> dict:
+                gold: dict | None = None, prompt: str = "full") -> dict:
   """A CaRR-format record (the release's JSONL record); `gold` only for the synthetic world."""
+  suffix, schemas = _PROMPTS[prompt]
   metadata = {"remote_env_info": {"search_forbidden_strs": [question], "rubrics": rubrics}}
   if gold is not None:
     metadata["gold"] = gold
   return {"id": qid, "source": SOURCE,
-          "input_messages": [{"role": "user", "content": question + RESPONSE_FORMAT_SUFFIX}],
-          "label": label, "tools": tool_schemas(), "metadata": metadata}
+          "input_messages": [{"role": "user", "content": question + suffix}],
+          "label": label, "tools": schemas(), "metadata": metadata}
 
 
 def _split_by_answer(questions: list[Question], rng: random.Random,
@@ -84,15 +91,21 @@ def _split_by_answer(questions: list[Question], rng: random.Random,
 def build_world(seed: int, num_entities: int, num_questions: int, *,
                 eval_fraction: float = 0.2, shortcut_fraction: float = 0.25,
                 min_hops: int = 2, max_hops: int = 4, style: str = "deep",
-                locality: float = 0.0, distractors: int = 6) -> World:
+                locality: float = 0.0, distractors: int = 6, short_names: bool = False,
+                prompt: str = "full") -> World:
   """Builds the whole world from a seed; see the module docstring.
 
   style: "deep" (every entity described by vague clues, `compose.py`) or "named" (the head
   entity named, 1+ hops of single-valued relations, `named.py`); locality: see `build_graph`;
-  distractors: distractor sentences per page (0-6; fewer = shorter pages, shorter episodes).
+  distractors: distractor sentences per page (0-6; fewer = shorter pages, shorter episodes);
+  short_names: see `build_graph`; prompt: "full" (three tool schemas, the whole answer-format
+  instruction) or "brief" (search and open, a one-line instruction: ~150 prompt tokens, not
+  ~500).
   """
   if style not in ("deep", "named"):
     raise ValueError(f"world style must be 'deep' or 'named', got {style!r}")
+  if prompt not in _PROMPTS:
+    raise ValueError(f"world prompt must be one of {sorted(_PROMPTS)}, got {prompt!r}")
   low = 1 if style == "named" else 2
   if not low <= min_hops <= max_hops <= 4:
     raise ValueError(f"need {low} <= min_hops <= max_hops <= 4 for {style} questions, got "
@@ -102,7 +115,7 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   if num_questions < 1:
     raise ValueError(f"num_questions must be positive, got {num_questions}")
   rng = random.Random(seed)
-  graph = build_graph(rng, num_entities, locality)
+  graph = build_graph(rng, num_entities, locality, short_names)
   pages = render_pages(graph, rng, distractors)
   generate = named.generate_named_questions if style == "named" else compose.generate_questions
   questions = generate(graph, pages, rng, num_questions, shortcut_fraction, min_hops, max_hops)
@@ -111,7 +124,7 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   for i, q in enumerate(train_q + eval_q):
     gold = compose.gold_annotations(graph, pages, q)
     records.append(carr_record(f"synth-{seed}-{i:05d}", q.text, gold["entities"]["E0"]["name"],
-                               [r["text"] for r in gold["rubrics"]], gold))
+                               [r["text"] for r in gold["rubrics"]], gold, prompt))
   return World(seed, graph, pages, train_q + eval_q, records[:len(train_q)],
                records[len(train_q):])
 

@@ -81,6 +81,19 @@ def tool_schemas() -> list[dict[str, Any]]:
   return copy.deepcopy(list(_SCHEMAS))
 
 
+def brief_tool_schemas() -> list[dict[str, Any]]:
+  """search and open with one-line descriptions: a ~110-token tool list instead of ~390, for
+  small CPU policies that pay for every prompt token (the synthetic world's `prompt="brief"`).
+  The calls they allow are validated exactly as with the full schemas."""
+  search, open_ = tool_schemas()[:2]
+  search["description"] = "Web search; returns numbered results."
+  del search["parameters"]["properties"]["query"]["description"]
+  search["parameters"]["properties"]["num"] = {"type": "integer"}
+  open_["description"] = "Open a search result by its number, or a URL."
+  del open_["parameters"]["properties"]["id"]["description"]
+  return [search, open_]
+
+
 _JSON_TYPES = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
     "object": (dict,), "array": (list,),
