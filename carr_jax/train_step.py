@@ -256,13 +256,18 @@ def train_step_fn(cfg: Qwen3Config, loss_cfg: loss_lib.LossConfig, step_cfg: Ste
   return step
 
 
+def jit_step(step, mesh: Mesh, shardings: TrainState, keys) -> Callable:
+  """`step(state, batch) -> (state, metrics)` jitted with explicit in/out shardings and the
+  state donated: how the trainers run a step and what `carr_jax.aot` compiles."""
+  return jax.jit(step, in_shardings=(shardings, batch_shardings(mesh, keys)),
+                 out_shardings=(shardings, NamedSharding(mesh, P())), donate_argnums=(0,))
+
+
 def make_train_step(cfg: Qwen3Config, loss_cfg: loss_lib.LossConfig, step_cfg: StepConfig,
                     tx, mesh: Mesh, shardings: TrainState, batch_keys=BATCH_KEYS):
   """Jitted step with explicit in/out shardings; the state argument is donated."""
-  step = train_step_fn(cfg, loss_cfg, step_cfg, tx)
   keys = step_batch_keys(loss_cfg, step_cfg, batch_keys)
-  jitted = jax.jit(step, in_shardings=(shardings, batch_shardings(mesh, keys)),
-                   out_shardings=(shardings, NamedSharding(mesh, P())), donate_argnums=(0,))
+  jitted = jit_step(train_step_fn(cfg, loss_cfg, step_cfg, tx), mesh, shardings, keys)
 
   def run(state, batch):
     with jax.set_mesh(mesh):
@@ -270,15 +275,25 @@ def make_train_step(cfg: Qwen3Config, loss_cfg: loss_lib.LossConfig, step_cfg: S
   return run
 
 
-def make_logprob_fn(cfg: Qwen3Config, step_cfg: StepConfig, mesh: Mesh, param_shardings):
-  """Jitted (params, batch) -> log-probs [R, S] of the targets (old or reference policy)."""
-  keys = ("tokens", "positions", "segment_ids", "targets") + (
+def logprob_batch_keys(step_cfg: StepConfig) -> tuple[str, ...]:
+  """The batch keys the log-prob function reads."""
+  return ("tokens", "positions", "segment_ids", "targets") + (
       LOSS_POSITION_KEYS if step_cfg.loss_positions else ())
 
+
+def jit_logprob_fn(cfg: Qwen3Config, step_cfg: StepConfig, mesh: Mesh, param_shardings):
+  """Jitted (params, batch) -> log-probs [R, S] of the targets, rows sharded like the batch."""
   def fn(params, batch):
     return _token_logprobs(params, cfg, step_cfg, batch)[0]
-  jitted = jax.jit(fn, in_shardings=(param_shardings, batch_shardings(mesh, keys)),
-                   out_shardings=sharding.batch_sharding(mesh))
+  keys = logprob_batch_keys(step_cfg)
+  return jax.jit(fn, in_shardings=(param_shardings, batch_shardings(mesh, keys)),
+                 out_shardings=sharding.batch_sharding(mesh))
+
+
+def make_logprob_fn(cfg: Qwen3Config, step_cfg: StepConfig, mesh: Mesh, param_shardings):
+  """Jitted (params, batch) -> log-probs [R, S] of the targets (old or reference policy)."""
+  keys = logprob_batch_keys(step_cfg)
+  jitted = jit_logprob_fn(cfg, step_cfg, mesh, param_shardings)
 
   def run(params, batch):
     with jax.set_mesh(mesh):

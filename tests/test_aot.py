@@ -1,0 +1,60 @@
+"""The TPU compile check's parts that run without libtpu: FLOPs from the model's arithmetic,
+the worst-case batch, the fit verdict, and `compile_config` end to end on CPU devices (the
+deviceless TPU compile itself is CI's step, in the TPU virtualenv)."""
+import jax
+import pytest
+
+from carr_jax import aot
+from carr_jax import flops as F
+from carr_jax.model_config import get_preset
+from configs import cgrpo_qwen3_4b, sft_qwen3_4b
+
+
+def test_dense_flops_by_hand():
+  """tiny_dense: D 64, 4 heads / 2 kv of 32, F 128, 2 layers, V 151,936; 2 rows of 8."""
+  cfg = get_preset("tiny_dense")
+  assert F.layer_matmul_weights(cfg) == 2 * 64 * 128 + 2 * 64 * 64 + 3 * 64 * 128  # 49,152
+  layers = 2 * (2 * 16 * 49_152 + 4 * 4 * 32 * 2 * 36)  # matmuls + 36 causal pairs per row
+  logits = 2 * 2 * 8 * 64 * 151_936
+  assert F.forward_flops(cfg, rows=2, row_length=8, logit_positions=8) == layers + logits
+  assert F.train_step_flops(cfg, 2, 8, 8) == (3 * (layers + logits),) * 2  # no remat
+  remat = cfg.replace(remat="full")
+  assert F.train_step_flops(remat, 2, 8, 8)[1] == 3 * (layers + logits) + layers
+
+
+def test_moe_flops_count_the_router_and_top_k_experts_only():
+  cfg = get_preset("tiny_moe")  # 8 experts, top 2, expert F 32
+  assert F.layer_matmul_weights(cfg) == 2 * 64 * 128 + 2 * 64 * 64 + 64 * 8 + 2 * 3 * 64 * 32
+
+
+@pytest.mark.parametrize("module,arg,rows", [(cgrpo_qwen3_4b, "tpu", 128),
+                                             (sft_qwen3_4b, "tpu", 16)])
+def test_worst_case_rows_give_every_trajectory_its_own_row(module, arg, rows):
+  """RL: 16 prompts x 8 rollouts; SFT: a batch of 16; rounded to the packer's row multiple."""
+  config = module.get_config(arg)
+  mesh = {"data": 1, "fsdp": 16, "expert": 1, "tensor": 4}
+  shaped = type("Mesh", (), {"shape": mesh})()
+  assert aot.worst_case_rows(config, shaped, 151_936, 65_536) == rows
+
+
+def test_fit_verdict_needs_headroom_and_no_compile_error():
+  chip = aot.Chip(hbm_bytes=100.0, peak_flops=1.0)
+  assert aot.Report("s", arguments=50, temporaries=45, outputs=10, aliased=20).total == 85
+  assert aot.fits(aot.Report("s", temporaries=89), chip, headroom=0.1)
+  assert not aot.fits(aot.Report("s", temporaries=91), chip, headroom=0.1)
+  assert not aot.fits(aot.Report("s", error="RESOURCE_EXHAUSTED"), chip, headroom=0.1)
+  with pytest.raises(ValueError, match="unknown TPU chip"):
+    aot.chip_of("v9z:2x2")
+
+
+def test_compile_config_on_cpu_devices():
+  """The same path as a TPU compile, for 4 CPU devices: both functions compile, memory is
+  read back per device, donation aliases the state, and auto attention resolves to blockwise."""
+  config = cgrpo_qwen3_4b.get_config("tiny")
+  reports, facts = aot.compile_config(config, jax.devices()[:4], rows=4, row_length=256)
+  assert [r.name for r in reports] == ["train step", "old log-probs"]
+  assert facts["attention"] == "blockwise" and facts["rows"] == 4
+  step, logprobs = reports
+  assert step.temporaries > 0 and step.aliased > 0 and not step.error
+  assert step.flops == F.train_step_flops(get_preset("tiny_dense"), 4, 256, 256)[1]
+  assert logprobs.outputs == 4 * 256 * 4 / 4  # fp32 log-probs [R, S], rows over 4 devices
