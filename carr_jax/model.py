@@ -25,6 +25,7 @@ MoE paths (both exact, both run on CPU/GPU/TPU; `moe_impl` picks one):
 - "dense": every expert runs on every token and non-selected outputs get weight 0.
   Cost model: 3 * T * E * D * F multiply-adds, i.e. E/k times the useful work; simplest to
   shard (experts as a batch dimension) and fine for tiny models.
+Under a mesh either path runs per device on that device's rows (`_experts_per_shard`).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from carr_jax import attention
 from carr_jax.model_config import Qwen3Config
@@ -177,6 +179,28 @@ def _experts_dense(x, experts, weights, w_gate, w_up, w_down):
   return jnp.einsum("ETD,TE->TD", out, combine.astype(out.dtype))
 
 
+def _experts_per_shard(combine, x, experts, weights, w_gate, w_up, w_down):
+  """`combine` over each device's own rows: x [B, T, D], experts / weights [B, T, k].
+
+  Under a mesh the rows are split over the batch axes, but the ragged path sorts the flat
+  token list; left to GSPMD, that sort and the gather after it run over the GLOBAL token list
+  on every device (256 GiB per chip for 128 rows of 64k tokens of Qwen3-30B-A3B). In
+  `shard_map` each device sorts only its tokens; the expert weights are gathered whole per
+  layer (FSDP-style; with expert parallelism an all-to-all dispatch would move tokens
+  instead of weights).
+  """
+  def local(x, experts, weights, *expert_weights):
+    b, t, d = x.shape
+    flat = lambda a: a.reshape(b * t, -1)  # noqa: E731
+    return combine(flat(x), flat(experts), flat(weights), *expert_weights).reshape(b, t, d)
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return local(x, experts, weights, w_gate, w_up, w_down)
+  rows = P(BATCH, None, None)
+  return jax.shard_map(local, in_specs=(rows, rows, rows, P(), P(), P()), out_specs=rows,
+                       check_vma=False)(x, experts, weights, w_gate, w_up, w_down)
+
+
 class MoE(nn.Module):
   """Top-k routed SwiGLU experts, no shared expert. Returns (y, router stats for aux loss)."""
   cfg: Qwen3Config
@@ -196,7 +220,8 @@ class MoE(nn.Module):
     logits = jnp.einsum("TD,DE->TE", tokens, router.astype(cdt))
     probs, weights, experts = route(logits, cfg.num_experts_per_tok, cfg.norm_topk_prob)
     combine = _experts_ragged if cfg.moe_impl == "ragged" else _experts_dense
-    y = combine(tokens, experts, weights.astype(cdt), w_gate, w_up, w_down).reshape(b, t, d)
+    y = _experts_per_shard(combine, x, experts.reshape(b, t, -1),
+                           weights.astype(cdt).reshape(b, t, -1), w_gate, w_up, w_down)
     # Switch load-balancing statistics over non-padding tokens (summed; finished in Qwen3).
     valid = (segment_ids.reshape(-1) > 0).astype(jnp.float32)  # [T]
     counts = jnp.einsum("TKE,T->E", jax.nn.one_hot(experts, e), valid)
