@@ -27,7 +27,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from carr_jax.sharding import BATCH
@@ -60,21 +59,20 @@ def splash_block(t: int) -> int:
   return min(SPLASH_BLOCK, -(-t // _LANES) * _LANES)
 
 
-@functools.lru_cache(maxsize=16)
 def _splash_kernel(t: int, heads: int, block: int, interpret: bool):
-  """The causal splash kernel for [heads, t, H] queries (built once per shape)."""
+  """The causal splash kernel for [heads, t, H] queries.
+
+  Built inside the trace that calls it (its mask tables become that trace's constants);
+  splash caches the numpy work of the mask per shape, so a rebuild is cheap.
+  """
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
   sizes = sk.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
                         block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
                         block_q_dq=block, block_kv_dq=block)
   mask = sm.MultiHeadMask([sm.CausalMask((t, t))] * heads)
-  with jax.ensure_compile_time_eval():  # concrete mask tables, not tracers of this trace
-    kernel = sk.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
-                                interpret=interpret)
-  # As numpy constants the tables carry no device or mesh context (the kernel may be built
-  # inside a shard_map), so one cached kernel serves every later trace.
-  return jax.tree.map(np.asarray, kernel)
+  return sk.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
+                            interpret=interpret)
 
 
 def _splash_local(q, k, v, segment_ids, interpret: bool):
