@@ -21,26 +21,18 @@ Per chip it prints memory (arguments, temporaries, outputs, donated bytes aliase
 outputs, their total against the chip's HBM), compile time, the step's FLOPs from the
 model's arithmetic (`carr_jax.flops`) and the roofline time at the chip's peak bf16 rate.
 Exit status 1 when a function does not fit: its compile runs out of HBM, or its total
-exceeds (1 - --headroom) of the HBM.
+exceeds (1 - --headroom) of the HBM. Flags: --help.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 import sys
 import time
 from typing import Any
 
-from absl import app, flags
-from ml_collections import config_flags
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
-                                          lock_config=True)
-_TOPOLOGY = flags.DEFINE_string("topology", None, "libtpu topology name, e.g. v5p:4x4x4.")
-_ROWS = flags.DEFINE_integer("rows", 0, "Batch rows (0 = the config's worst case).")
-_ROW_LENGTH = flags.DEFINE_integer("row_length", 0, "Row length (0 = the longest bucket).")
-_HEADROOM = flags.DEFINE_float("headroom", 0.1, "Share of HBM a step must leave free.")
-flags.mark_flags_as_required(["config", "topology"])
+from carr_jax import cli
 
 GIB = 1024 ** 3
 
@@ -201,11 +193,26 @@ def format_table(reports: list, chip: Chip, chips: int) -> str:
   return "\n".join(lines)
 
 
-def main(argv) -> None:
-  del argv
-  topology = _TOPOLOGY.value
-  chip, devices = chip_of(topology), topology_devices(topology)
-  reports, facts = compile_config(_CONFIG.value, devices, _ROWS.value, _ROW_LENGTH.value)
+def parser() -> argparse.ArgumentParser:
+  p = cli.parser("python -m carr_jax.aot", __doc__.split("\n")[0],
+                 config="RL or SFT config, e.g. configs/cgrpo_qwen3_4b.py:tpu.")
+  p.add_argument("--topology", required=True, help="libtpu topology name, e.g. v5p:4x4x4")
+  p.add_argument("--rows", type=int, default=0, help="batch rows (0 = the config's worst case)")
+  p.add_argument("--row-length", type=int, default=0,
+                 help="row length (0 = the config's longest bucket)")
+  p.add_argument("--headroom", type=float, default=0.1,
+                 help="share of HBM a step must leave free (default: 0.1)")
+  return p
+
+
+def _check(args: argparse.Namespace) -> int:
+  topology = args.topology
+  try:
+    chip = chip_of(topology)
+  except ValueError as e:
+    raise cli.UsageError(str(e)) from e
+  devices = topology_devices(topology)
+  reports, facts = compile_config(args.config, devices, args.rows, args.row_length)
   mesh = " x ".join(f"{a} {n}" for a, n in facts["mesh"].items())
   print(f"{topology}: {len(devices)} chips of {chip.hbm_bytes / GIB:.2f} GiB HBM, "
         f"{chip.peak_flops / 1e12:.0f} TFLOP/s bf16; mesh {mesh}; attention "
@@ -214,10 +221,14 @@ def main(argv) -> None:
         f"{facts['micro_batches']} micro-batches; train step model FLOPs "
         f"{facts['model_flops']:.3g} (FLOPs below: executed, remat included)")
   print(format_table(reports, chip, len(devices)))
-  ok = all(fits(r, chip, _HEADROOM.value) for r in reports)
-  print(f"fits with {_HEADROOM.value:.0%} headroom: {'yes' if ok else 'NO'}")
-  sys.exit(0 if ok else 1)
+  ok = all(fits(r, chip, args.headroom) for r in reports)
+  print(f"fits with {args.headroom:.0%} headroom: {'yes' if ok else 'NO'}")
+  return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+  return cli.run(_check, parser(), argv)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  sys.exit(main())

@@ -33,7 +33,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from carr_jax import hf_io, model, sharding
+from carr_jax import cli, hf_io, model, sharding
 from carr_jax.hf_config import hf_dtype, read_config_json
 from carr_jax.model_config import RUN_ONLY_FIELDS, Qwen3Config
 
@@ -191,35 +191,39 @@ def check_logits(hf_dir: str, *, seed: int = 0, batch: int = 3, seq_len: int = 1
   return float(np.max(np.abs(got[valid] - expected[valid])))
 
 
-def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m carr_jax.convert", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  mode = parser.add_mutually_exclusive_group(required=True)
-  mode.add_argument("--hf-to-ours", action="store_true")
-  mode.add_argument("--ours-to-hf", action="store_true")
-  mode.add_argument("--check", action="store_true")
-  parser.add_argument("--hf", help="Hugging Face model directory (input)")
-  parser.add_argument("--ckpt", help="our checkpoint directory (input)")
-  parser.add_argument("--out", help="output directory")
-  parser.add_argument("--param-dtype", choices=["float32", "bfloat16"],
-                      help="dtype of our params (default: the HF checkpoint's dtype)")
-  parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                      help="stored HF dtype (default: our params' dtype)")
-  parser.add_argument("--max-shard-size", default="5GB", help="split safetensors above this")
-  parser.add_argument("--mesh", default="fsdp=-1", help="device mesh, e.g. 'data=2,fsdp=-1'")
-  parser.add_argument("--no-strict", action="store_true",
-                      help="warn (instead of failing) on HF tensors the model does not use")
-  parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--batch", type=int, default=3)
-  parser.add_argument("--seq-len", type=int, default=16)
-  parser.add_argument("--atol", type=float, default=1e-4)
-  args = parser.parse_args(argv)
+def parser() -> argparse.ArgumentParser:
+  p = cli.parser("python -m carr_jax.convert", __doc__)
+  mode = p.add_mutually_exclusive_group(required=True)
+  mode.add_argument("--hf-to-ours", action="store_true", help="import an HF checkpoint (--hf)")
+  mode.add_argument("--ours-to-hf", action="store_true", help="export ours (--ckpt) as HF")
+  mode.add_argument("--check", action="store_true",
+                    help="compare our logits with transformers' on --hf (needs torch)")
+  a = p.add_argument
+  a("--hf", help="Hugging Face model directory (input)")
+  a("--ckpt", help="our checkpoint directory (input)")
+  a("--out", help="output directory")
+  a("--param-dtype", choices=["float32", "bfloat16"],
+    help="dtype of our params (default: the HF checkpoint's dtype)")
+  a("--dtype", choices=["float32", "bfloat16", "float16"],
+    help="stored HF dtype (default: our params' dtype)")
+  a("--max-shard-size", default="5GB", help="split safetensors above this (default: 5GB)")
+  a("--mesh", default="fsdp=-1", help="device mesh, e.g. 'data=2,fsdp=-1' (default: fsdp=-1)")
+  a("--no-strict", action="store_true",
+    help="warn (instead of failing) on HF tensors the model does not use")
+  a("--overwrite", action="store_true", help="replace an existing --out")
+  a("--seed", type=int, default=0, help="--check: seed of the random tokens")
+  a("--batch", type=int, default=3, help="--check: rows compared (default: 3)")
+  a("--seq-len", type=int, default=16, help="--check: tokens per row (default: 16)")
+  a("--atol", type=float, default=1e-4,
+    help="--check: largest allowed |logit difference|; above it the exit status is 1")
+  return p
 
+
+def _convert(args: argparse.Namespace) -> int:
   def need(*names):
     missing = [n for n in names if not getattr(args, n)]
     if missing:
-      parser.error(f"this mode needs {', '.join('--' + n for n in missing)}")
+      raise cli.UsageError(f"this mode needs {', '.join('--' + n for n in missing)}")
 
   if args.check:
     need("hf")
@@ -239,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
              mesh_shape=parse_mesh(args.mesh), overwrite=args.overwrite)
   print(f"wrote {args.out}")
   return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+  return cli.run(_convert, parser(), argv)
 
 
 if __name__ == "__main__":

@@ -11,26 +11,30 @@ ciphertext base64-encoded. Two containers are read:
   * the release's file envelope: one JSON object `{"format": "carr-xor-sha256-v1",
     "filename", "size", "ciphertext_b64"}` holding the whole JSONL file;
   * field-wise JSONL (BrowseComp's own CSV turned JSONL): every line a record whose
-    `--fields` (e.g. problem,answer) are base64 ciphertexts; `--password_field` names a
+    `--fields` (e.g. problem,answer) are base64 ciphertexts; `--password-field` names a
     field holding each row's password (BrowseComp's `canary`) instead of one password.
 XOR has no integrity check, so a wrong password is caught by what the plaintext must be:
 valid UTF-8 JSON lines (envelope; also the declared size) or UTF-8 text (fields).
 
-The password is read from the environment variable `--password_env` (default
+The password is read from the environment variable `--password-env` (default
 CARR_EVAL_PASSWORD) or, when that is unset, prompted for without echo (getpass). It is never
 a command-line argument (those show up in `ps` and shell history), never logged, never
 written anywhere. Outputs are written atomically (temp file + rename).
 """
 from __future__ import annotations
 
+import argparse
 import base64
 import binascii
 import getpass
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from carr_jax import cli
 
 ENVELOPE_FORMAT = "carr-xor-sha256-v1"
 DEFAULT_PASSWORD_ENV = "CARR_EVAL_PASSWORD"
@@ -152,23 +156,35 @@ def read_password(env_var: str) -> str:
   return value
 
 
-def main(argv) -> None:
-  del argv
-  from absl import flags
-  f = flags.FLAGS
-  fields = [x.strip() for x in f.fields.split(",") if x.strip()]
-  password = None if f.password_field else read_password(f.password_env)
-  for path in decrypt_path(Path(f.input), Path(f.output), password, fields,
-                           f.password_field or None):
-    print(f"decrypted {path}")
+def parser() -> argparse.ArgumentParser:
+  p = cli.parser("python -m carr_jax.eval_crypto", __doc__.split("\n")[0])
+  a = p.add_argument
+  a("--input", required=True, help="an encrypted file, or a directory of *.enc files")
+  a("--output", required=True, help="output file, or directory for a directory input")
+  a("--password-env", default=DEFAULT_PASSWORD_ENV,
+    help=f"environment variable holding the password (default: {DEFAULT_PASSWORD_ENV}); "
+    "unset: asked for without echo")
+  a("--fields", default="", help="field-wise mode: comma-separated encrypted fields")
+  a("--password-field", default="", help="field-wise mode: field holding each row's password")
+  return p
+
+
+def _decrypt(args: argparse.Namespace) -> int:
+  fields = [x.strip() for x in args.fields.split(",") if x.strip()]
+  try:
+    password = None if args.password_field else read_password(args.password_env)
+    for path in decrypt_path(Path(args.input), Path(args.output), password, fields,
+                             args.password_field or None):
+      print(f"decrypted {path}")
+  except (DecryptError, EOFError) as e:
+    print(f"python -m carr_jax.eval_crypto: {e or 'no password given'}", file=sys.stderr)
+    return 1
+  return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+  return cli.run(_decrypt, parser(), argv)
 
 
 if __name__ == "__main__":
-  from absl import app, flags
-  flags.DEFINE_string("input", None, "An encrypted file, or a directory of *.enc files.")
-  flags.DEFINE_string("output", None, "Output file, or directory for a directory input.")
-  flags.DEFINE_string("password_env", DEFAULT_PASSWORD_ENV, "Env var holding the password.")
-  flags.DEFINE_string("fields", "", "Field-wise mode: comma-separated encrypted fields.")
-  flags.DEFINE_string("password_field", "", "Field-wise mode: field holding each row's password.")
-  flags.mark_flags_as_required(["input", "output"])
-  app.run(main)
+  sys.exit(main())

@@ -5,7 +5,7 @@
     python -m carr_jax.evaluate --config configs/sft_demo_cpu.py --data world:eval \\
         --checkpoint /tmp/carr_sft/checkpoints --out /tmp/eval --config.rollout.temperature=0
     # sweeps (the paper evaluates at 64k and 128k):
-    ... --context_budgets=65536,131072 --tool_budgets=50,100
+    ... --context-budgets=65536,131072 --tool-budgets=50,100
     # Table 2: questions every run solved -> cited pages and rubric satisfaction per run
     python -m carr_jax.evaluate --compare sft=/eval/sft,grpo=/eval/grpo,cgrpo=/eval/cgrpo \\
         --out /eval/table2 [--rubrics browsecomp_with_rubrics.jsonl --config ...]
@@ -31,7 +31,7 @@ by the outcome judge (and the rubric judge when the record has rubrics). Outputs
   summary.json        accuracy (= avg@k), pass@k, mean tool calls, context used, status rates
                       (truncation, failure, ...), well-formed turn rates, rubric means.
 Resuming: rerun the same command. Graded questions are read back and neither rolled out nor
-judged again; a line torn by a kill is dropped and its question redone. `--retry_failed`
+judged again; a line torn by a kill is dropped and its question redone. `--retry-failed`
 also redoes questions that have an engine-failed sample.
 
 Well-formed turns (`carr_jax.step_stats.turn_stats`, also logged by the RL trainer):
@@ -40,18 +40,21 @@ Well-formed turns (`carr_jax.step_stats.turn_stats`, also logged by the RL train
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import itertools
 import json
 import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from carr_jax import cli
 from carr_jax import data as data_lib
 from carr_jax.safe_text import json_line
 from carr_jax.step_stats import STATUSES, TOOL_KINDS, turn_stats
@@ -430,34 +433,42 @@ def run_comparison(config: Any, flags_: Any) -> dict:
   return result
 
 
-def main(argv) -> None:
-  del argv
-  from absl import flags
-  logging.getLogger().setLevel(logging.INFO)
-  f = flags.FLAGS
-  if f.compare:
-    run_comparison(f.config, f)
-  else:
-    if not f.config or not f.data:
-      raise EvalError("--config and --data are required (or --compare)")
-    run_evaluations(f.config, f)
+def parser() -> argparse.ArgumentParser:
+  p = cli.parser("python -m carr_jax.evaluate", __doc__.split("\n")[0],
+                 config="optional: config (model, rollout, tools, judge); needed unless "
+                 "--compare runs without --rubrics.")
+  a = p.add_argument
+  a("--out", required=True, help="output directory (a rerun resumes)")
+  a("--data", help="eval JSONL of CaRR records, or world:eval / world:train")
+  a("--checkpoint", default="", help="orbax checkpoint root or step dir of the policy")
+  a("--samples", type=int, default=1, help="samples per question (k of avg@k / pass@k)")
+  a("--questions-in-flight", type=int, default=8, help="questions rolled out at once")
+  a("--max-questions", type=int, default=0, help="only the first N questions (0 = all)")
+  a("--context-budgets", default="", help="comma-separated max_context_tokens values (sweep)")
+  a("--tool-budgets", default="", help="comma-separated max_tool_calls values (sweep)")
+  a("--retry-failed", action="store_true", help="redo questions with an engine-failed sample")
+  a("--compare", default="", help="Table 2 over name=out_dir,... instead of evaluating")
+  a("--rubrics", default="", help="with --compare: records with rubrics to re-judge with")
+  return p
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+  if not args.compare and (args.config is None or not args.data):
+    raise cli.UsageError("--config and --data are required (or --compare)")
+  if args.compare and args.rubrics and args.config is None:
+    raise cli.UsageError("--compare with --rubrics needs --config (the judge)")
+  try:
+    if args.compare:
+      run_comparison(args.config, args)
+    else:
+      run_evaluations(args.config, args)
+  except EvalError as e:  # bad input files or a resumed run with other settings
+    raise cli.UsageError(str(e)) from e
+
+
+def main(argv: list[str] | None = None) -> int:
+  return cli.run(_evaluate, parser(), argv)
 
 
 if __name__ == "__main__":
-  from absl import app, flags
-  from ml_collections import config_flags
-  config_flags.DEFINE_config_file("config", None, "Config (model, rollout, tools, judge).",
-                                  lock_config=True)
-  flags.DEFINE_string("data", None, "Eval JSONL of CaRR records, or world:eval / world:train.")
-  flags.DEFINE_string("out", None, "Output directory (resumable).")
-  flags.DEFINE_string("checkpoint", "", "Orbax checkpoint root or step dir of the policy.")
-  flags.DEFINE_integer("samples", 1, "Samples per question (k of avg@k / pass@k).")
-  flags.DEFINE_integer("questions_in_flight", 8, "Questions rolled out at once.")
-  flags.DEFINE_integer("max_questions", 0, "Evaluate only the first N questions (0 = all).")
-  flags.DEFINE_string("context_budgets", "", "Comma-separated max_context_tokens values.")
-  flags.DEFINE_string("tool_budgets", "", "Comma-separated max_tool_calls values.")
-  flags.DEFINE_bool("retry_failed", False, "Redo questions with an engine-failed sample.")
-  flags.DEFINE_string("compare", "", "Table 2 over name=out_dir,... instead of evaluating.")
-  flags.DEFINE_string("rubrics", "", "With --compare: records with rubrics to re-judge with.")
-  flags.mark_flags_as_required(["out"])
-  app.run(main)
+  sys.exit(main())

@@ -1,6 +1,6 @@
 """A scripted expert for the synthetic world: gold-guided episodes for cold-start SFT.
 
-    python -m carr_jax.expert --config configs/demo_cpu.py --out /tmp/expert.jsonl [--split train]
+    python -m carr_jax.expert --config configs/demo_cpu.py --out expert.jsonl [--split train]
 
 prints the gold judge's mean outcome and rubric reward of the episodes it wrote.
 
@@ -26,13 +26,16 @@ observation ids with loss mask 0), so `carr_jax.sft` trains on them as on a dump
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from carr_jax import cli
 from rollout import chat
 from rollout.agent import RolloutConfig, assistant_message, initial_messages, tool_message
 from rollout.tools import Backend, BrowserSession, tool_schemas
@@ -174,20 +177,32 @@ async def expert_trajectories(records: Sequence[Mapping], backend: Backend,
   return list(await asyncio.gather(*(expert_episode(r, backend, fmt, cfg) for r in records)))
 
 
-def main(argv) -> None:
-  del argv
-  from absl import flags
+def parser() -> argparse.ArgumentParser:
+  p = cli.parser("python -m carr_jax.expert", __doc__.split("\n")[0],
+                 config="Config whose data section builds the world, e.g. "
+                 "configs/sft_demo_cpu.py.")
+  a = p.add_argument
+  a("--out", required=True, help="output JSONL of expert trajectories")
+  a("--split", choices=["train", "eval"], default="train", help="which split of questions")
+  a("--search-results", type=int, default=ExpertConfig.search_results,
+    help=f"`num` of each search (default: {ExpertConfig.search_results})")
+  a("--find", action=argparse.BooleanOptionalAction, default=ExpertConfig.use_find,
+    help="confirm each hop with browser.find")
+  return p
+
+
+def _write_episodes(args: argparse.Namespace) -> None:
   from carr_jax import components
   from carr_jax import data as data_lib
   from judge import Judge, JudgeConfig
   from rollout.tools.corpus import CorpusBackend
   from rollout.trajectory import write_jsonl
-  config = flags.FLAGS.config
+  config = args.config
   train, evals, corpus = data_lib.load_tasks(config.data)
-  records = train if flags.FLAGS.split == "train" else evals
+  records = train if args.split == "train" else evals
   fmt = chat.ChatFormat(components.tokenizer(config))
   backend = CorpusBackend.from_records(corpus)
-  cfg = ExpertConfig(search_results=flags.FLAGS.search_results, use_find=flags.FLAGS.find)
+  cfg = ExpertConfig(search_results=args.search_results, use_find=args.find)
 
   async def run():
     trajs = await expert_trajectories(records, backend, fmt, cfg)
@@ -195,7 +210,7 @@ def main(argv) -> None:
     scores = await judge.score_batch(list(zip(trajs, records)))
     return [{**t, "judge": b.to_dict()} for t, b in zip(trajs, scores)]
   rows = asyncio.run(run())
-  write_jsonl(flags.FLAGS.out, rows)
+  write_jsonl(args.out, rows)
   n = max(len(rows), 1)
   print(json.dumps({
       "episodes": len(rows),
@@ -206,14 +221,9 @@ def main(argv) -> None:
       "generated_tokens_mean": sum(sum(r["loss_mask"]) for r in rows) / n}))
 
 
+def main(argv: list[str] | None = None) -> int:
+  return cli.run(_write_episodes, parser(), argv)
+
+
 if __name__ == "__main__":
-  from absl import app, flags
-  from ml_collections import config_flags
-  config_flags.DEFINE_config_file("config", None, "Config whose data section builds the world.",
-                                  lock_config=True)
-  flags.DEFINE_string("out", None, "Output JSONL of expert trajectories.")
-  flags.DEFINE_enum("split", "train", ["train", "eval"], "Which split of questions.")
-  flags.DEFINE_integer("search_results", ExpertConfig.search_results, "`num` of each search.")
-  flags.DEFINE_bool("find", ExpertConfig.use_find, "Confirm each hop with browser.find.")
-  flags.mark_flags_as_required(["config", "out"])
-  app.run(main)
+  sys.exit(main())

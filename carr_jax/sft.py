@@ -25,10 +25,12 @@ resume order of `carr_jax.checkpointing`, TensorBoard metrics (`train/`, `perf/`
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import logging
 import os
+import sys
 import time
 
 import jax
@@ -37,6 +39,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from carr_jax import cli
 from carr_jax import components
 from carr_jax import data as data_lib
 from carr_jax import metrics as metrics_lib
@@ -224,20 +227,26 @@ def train_sft(config, workdir: str) -> list[dict]:
     trainer.close()
 
 
-def main(argv) -> None:
-  del argv
-  from absl import flags
-  if flags.FLAGS.multihost or os.environ.get("JAX_COORDINATOR_ADDRESS"):
+def parser() -> argparse.ArgumentParser:
+  p = cli.parser("python -m carr_jax.sft", __doc__.split("\n")[0],
+                 config="SFT config, e.g. configs/sft_demo_cpu.py or "
+                 "configs/sft_qwen3_4b.py:tpu.")
+  p.add_argument("--workdir", required=True,
+                 help="run directory (checkpoints, TensorBoard, HF exports); a rerun resumes")
+  p.add_argument("--multihost", action="store_true",
+                 help="call jax.distributed.initialize() first (one process per host)")
+  return p
+
+
+def _train(args: argparse.Namespace) -> None:
+  if args.multihost or os.environ.get("JAX_COORDINATOR_ADDRESS"):
     jax.distributed.initialize()
-  logging.getLogger().setLevel(logging.INFO)
-  train_sft(flags.FLAGS.config, flags.FLAGS.workdir)
+  train_sft(args.config, args.workdir)
+
+
+def main(argv: list[str] | None = None) -> int:
+  return cli.run(_train, parser(), argv)
 
 
 if __name__ == "__main__":
-  from absl import app, flags
-  from ml_collections import config_flags
-  config_flags.DEFINE_config_file("config", None, "SFT config file.", lock_config=True)
-  flags.DEFINE_string("workdir", None, "Run directory (checkpoints, TensorBoard).")
-  flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize().")
-  flags.mark_flags_as_required(["config", "workdir"])
-  app.run(main)
+  sys.exit(main())

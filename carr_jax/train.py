@@ -4,31 +4,40 @@ Flags and `main()` only; the loop is `carr_jax.trainer.train_and_evaluate`, whic
 directly. Override config keys with `--config.a.b=value`; unknown keys are an error (the
 config is locked). Launch on several hosts with the same command on every host
 (`scripts/launch_tpu_pod.sh`): `jax.distributed.initialize()` runs first when
-`--multihost` is given (or JAX_COORDINATOR_ADDRESS is set).
+`--multihost` is given (or JAX_COORDINATOR_ADDRESS is set). The command-line conventions
+(config errors, --verbose, --debug) are carr_jax/cli.py's.
 """
-import logging
+from __future__ import annotations
+
+import argparse
 import os
+import sys
 
-from absl import app, flags
-from ml_collections import config_flags
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, TensorBoard).")
-_MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize().")
-flags.mark_flags_as_required(["config", "workdir"])
+from carr_jax import cli
 
 
-def main(argv):
-  del argv
+def parser() -> argparse.ArgumentParser:
+  p = cli.parser("python -m carr_jax.train", __doc__.split("\n")[0],
+                 config="Experiment config, e.g. configs/demo_cpu.py or "
+                 "configs/cgrpo_qwen3_4b.py:tpu.")
+  p.add_argument("--workdir", required=True,
+                 help="run directory (checkpoints, TensorBoard, trajectories); a rerun resumes")
+  p.add_argument("--multihost", action="store_true",
+                 help="call jax.distributed.initialize() first (one process per host)")
+  return p
+
+
+def _train(args: argparse.Namespace) -> None:
   import jax
-  if _MULTIHOST.value or os.environ.get("JAX_COORDINATOR_ADDRESS"):
+  if args.multihost or os.environ.get("JAX_COORDINATOR_ADDRESS"):
     jax.distributed.initialize()
-  for name in ("carr_jax", "rollout", "judge"):  # ours at INFO; orbax & co. stay quiet
-    logging.getLogger(name).setLevel(logging.INFO)
   from carr_jax.trainer import train_and_evaluate
-  train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  train_and_evaluate(args.config, args.workdir)
+
+
+def main(argv: list[str] | None = None) -> int:
+  return cli.run(_train, parser(), argv)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  sys.exit(main())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 from typing import Any
 
@@ -82,16 +83,34 @@ _TYPES = {"str": str, "int": int, "float": float}
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-  """One `--flag` per JudgeConfig field (`--base-url`, `--max-reasks`, ...)."""
+  """One `--flag` per JudgeConfig field (`--base-url`, `--max-reasks`, ...), plus --verbose."""
+  group = parser.add_argument_group("judge settings (the fields of judge.config.JudgeConfig)")
   for field in dataclasses.fields(JudgeConfig):
     flag = "--" + field.name.replace("_", "-")
+    help_text = f"JudgeConfig.{field.name} (default: {field.default!r})"
     if field.type == "bool":
-      parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default)
+      group.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default,
+                         help=help_text)
     else:
       base = _TYPES[field.type.split("|")[0].strip()]
-      parser.add_argument(flag, type=base, default=field.default,
-                          help=f"(default: {field.default!r})")
+      group.add_argument(flag, type=base, default=field.default, help=help_text)
+  parser.add_argument("-v", "--verbose", action="store_true",
+                      help="also show third-party INFO logs (httpx, uvicorn)")
 
 
-def config_from_args(args: argparse.Namespace) -> JudgeConfig:
-  return JudgeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(JudgeConfig)})
+def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> JudgeConfig:
+  """The JudgeConfig of the flags; an invalid value is a usage error (one line, exit 2)."""
+  try:
+    return JudgeConfig(**{f.name: getattr(args, f.name)
+                          for f in dataclasses.fields(JudgeConfig)})
+  except ValueError as e:
+    parser.error(str(e))
+
+
+def setup_logging(verbose: bool, ours: tuple[str, ...] = ("judge",)) -> None:
+  """Loggers `ours` at INFO, every other logger at WARNING (INFO with `verbose`)."""
+  logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, force=True,
+                      format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                      datefmt="%H:%M:%S")
+  for name in ours:
+    logging.getLogger(name).setLevel(logging.INFO)

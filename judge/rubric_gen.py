@@ -24,7 +24,7 @@ from typing import Any
 
 from judge import parsing, prompts
 from judge.cache import JudgeCache
-from judge.config import JudgeConfig, add_config_arguments, config_from_args
+from judge.config import JudgeConfig, add_config_arguments, config_from_args, setup_logging
 from judge.llm import ChatClient, Metrics, StepError
 from judge.rubric_graph import rubric_set_problems
 
@@ -156,13 +156,20 @@ async def generate_file(in_path: str, out_path: str, config: JudgeConfig) -> dic
           "failed": len(failures), "metrics": client.metrics.as_dict()}
 
 
+def parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="python scripts/generate_rubrics.py",
+                              description="Generate CaRR hidden entities and rubrics.")
+  p.add_argument("--input", required=True, help="question JSONL")
+  p.add_argument("--output", required=True, help="CaRR record JSONL (appended, resumed)")
+  add_config_arguments(p)
+  return p
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-  parser = argparse.ArgumentParser(description="Generate CaRR hidden entities and rubrics.")
-  parser.add_argument("--input", required=True, help="question JSONL")
-  parser.add_argument("--output", required=True, help="CaRR record JSONL (appended, resumed)")
-  add_config_arguments(parser)
-  args = parser.parse_args(argv)
-  summary = asyncio.run(generate_file(args.input, args.output, config_from_args(args)))
+  p = parser()
+  args = p.parse_args(argv)
+  setup_logging(args.verbose)
+  summary = asyncio.run(generate_file(args.input, args.output, config_from_args(args, p)))
   print(json.dumps(summary, indent=2))
   return summary
 

@@ -29,7 +29,7 @@ import logging
 import fastapi
 import uvicorn
 
-from judge.config import add_config_arguments, config_from_args
+from judge.config import add_config_arguments, config_from_args, setup_logging
 from judge.pipeline import Judge
 from judge.records import RequestError, clean_text, load_body, parse_request
 
@@ -84,15 +84,21 @@ def create_app(judge: Judge) -> fastapi.FastAPI:
   return app
 
 
+def parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="python -m judge.server",
+                              description="CaRR reward server (release-compatible POST "
+                              "/evaluate).")
+  p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
+  p.add_argument("--port", type=int, default=8888, help="port (default: 8888)")
+  add_config_arguments(p)
+  return p
+
+
 def main(argv: list[str] | None = None) -> None:
-  parser = argparse.ArgumentParser(description="CaRR reward server (release-compatible "
-                                               "POST /evaluate).")
-  parser.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
-  parser.add_argument("--port", type=int, default=8888)
-  add_config_arguments(parser)
-  args = parser.parse_args(argv)
-  logging.basicConfig(level=logging.INFO)
-  config = config_from_args(args)
+  p = parser()
+  args = p.parse_args(argv)
+  setup_logging(args.verbose)
+  config = config_from_args(args, p)
   log = logging.getLogger(__name__)
   if config.backend == "llm" and config.api_key_env and config.api_key() is None:
     log.warning("%s is not set: calling the judge endpoint without a key", config.api_key_env)

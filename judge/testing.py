@@ -186,13 +186,18 @@ class ScriptedServer(ServedApp):
     return app
 
 
+def parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="python -m judge.testing",
+                              description="Scripted OpenAI-compatible judge server (canned "
+                              "valid replies).")
+  p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
+  p.add_argument("--port", type=int, required=True, help="port to listen on")
+  p.add_argument("--delay", type=float, default=0.0, help="seconds per call (default: 0)")
+  return p
+
+
 def main(argv: list[str] | None = None) -> None:
-  parser = argparse.ArgumentParser(description="Scripted OpenAI-compatible judge server "
-                                               "(canned valid replies).")
-  parser.add_argument("--host", default="127.0.0.1")
-  parser.add_argument("--port", type=int, required=True)
-  parser.add_argument("--delay", type=float, default=0.0, help="seconds per call")
-  args = parser.parse_args(argv)
+  args = parser().parse_args(argv)
   server = ScriptedServer(canned_reply, delay=args.delay)
   uvicorn.run(server.app, host=args.host, port=args.port, log_level="warning",
               access_log=False, lifespan="off")

@@ -353,7 +353,7 @@ def test_decrypt_cli_reads_the_password_from_the_environment_only(tmp_path):
   env = {**os.environ, "PYTHONPATH": REPO, "MY_EVAL_PW": secret}
   proc = subprocess.run([sys.executable, "-m", "carr_jax.eval_crypto",
                          f"--input={tmp_path / 'in.jsonl.enc'}", f"--output={tmp_path / 'o.jsonl'}",
-                         "--password_env=MY_EVAL_PW"], env=env, capture_output=True, text=True,
+                         "--password-env=MY_EVAL_PW"], env=env, capture_output=True, text=True,
                         timeout=60, check=True)
   assert (tmp_path / "o.jsonl").read_bytes() == plain
   written = b"".join(p.read_bytes() for p in tmp_path.iterdir())
@@ -362,7 +362,7 @@ def test_decrypt_cli_reads_the_password_from_the_environment_only(tmp_path):
   env.pop("MY_EVAL_PW")
   proc = subprocess.run([sys.executable, "-m", "carr_jax.eval_crypto",
                          f"--input={tmp_path / 'in.jsonl.enc'}", f"--output={tmp_path / 'p.jsonl'}",
-                         "--password_env=MY_EVAL_PW"], env=env, capture_output=True, text=True,
+                         "--password-env=MY_EVAL_PW"], env=env, capture_output=True, text=True,
                         timeout=60, stdin=subprocess.DEVNULL)
   assert proc.returncode != 0 and not (tmp_path / "p.jsonl").exists()
 

@@ -1,0 +1,121 @@
+"""The command-line convention (carr_jax/cli.py) and every entry point's parser.
+
+Config mistakes are one line naming the key or file and the choices, exit status 2, no
+traceback (unless --debug); every flag of every entry point has help text; --help exits 0.
+Run: python -m pytest tests/test_cli.py -q
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from carr_jax import cli, train
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+ENTRY_POINTS = ("carr_jax.train", "carr_jax.sft", "carr_jax.evaluate", "carr_jax.convert",
+                "carr_jax.aot", "carr_jax.expert", "carr_jax.eval_crypto", "judge.server",
+                "judge.rubric_gen", "judge.testing")
+SCRIPTS = ("make_world", "launch_sglang", "fetch_tokenizer", "generate_rubrics")
+
+
+def _train_error(capsys, *args: str) -> str:
+  """The stderr of `python -m carr_jax.train` with `args`, which must be a usage error."""
+  status = train.main(["--workdir", "unused", *args])
+  out = capsys.readouterr()
+  assert status == 2 and out.out == ""
+  lines = out.err.strip().splitlines()
+  assert len(lines) == 1, out.err
+  assert lines[0].startswith("python -m carr_jax.train: error: ")
+  return lines[0]
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--config", "configs/demo_cpu.py", "--config.rolout.temperature=0.5"],
+     "unknown config key 'rolout.temperature'; did you mean rollout.temperature?"),
+    (["--config", "configs/demo_cpu.py", "--config.rollout.nope", "1"],
+     "unknown config key 'rollout.nope' (valid keys in rollout: concurrency,"),
+    (["--config", "configs/demo_cpu.py", "--config.rollout.temperature=warm"],
+     "config key rollout.temperature: expected a float, got 'warm'"),
+    (["--config", "configs/demo_cpu.py", "--config.rollout.stop_on_ill_formed=maybe"],
+     "config key rollout.stop_on_ill_formed: expected true or false, got 'maybe'"),
+    (["--config", "configs/demo_cpu.py", "--config.batch.row_lengths=a,b"],
+     "config key batch.row_lengths: expected a tuple of int, got 'a,b'"),
+    (["--config", "configs/demo_cpu.py", "--config.rollout=1"],
+     "config key rollout is a section; set one of: concurrency,"),
+    (["--config", "configs/no_such.py"],
+     "config file not found: configs/no_such.py (shipped: configs/{base.py,"),
+    (["--config", "configs/demo_cpu.py:tpu"],
+     "configs/demo_cpu.py has no variants (got ':tpu')"),
+    (["--config", "configs/cgrpo_qwen3_4b.py:tpx"],
+     "configs/cgrpo_qwen3_4b.py:tpx: config argument must start with tpu, gpu or tiny"),
+    (["--config", "configs/cgrpo_qwen3_4b.py:tiny,grop"],
+     "unknown config variant 'grop' (known: grpo)"),
+])
+def test_config_mistakes_are_one_line_with_exit_status_2(capsys, args, expected):
+  assert expected in _train_error(capsys, *args)
+
+
+def test_debug_shows_the_traceback_instead():
+  with pytest.raises(cli.UsageError, match="did you mean rollout.temperature"):
+    train.main(["--workdir", "x", "--config", "configs/demo_cpu.py", "--debug",
+                "--config.rolout.temperature=0.5"])
+
+
+def test_overrides_are_parsed_as_the_keys_types(tmp_path):
+  config = cli.load_config("configs/cgrpo_qwen3_4b.py:tiny,grpo", [
+      "rollout.temperature=0.5", "rollout.stop_on_ill_formed=false", "train.num_steps=3",
+      "batch.row_lengths=(256, 512)", "judge.model=m:1", "optim.learning_rate=1"])
+  assert config.reward.mode == "grpo" and config.model.preset == "tiny_dense"
+  assert config.rollout.temperature == 0.5 and config.rollout.stop_on_ill_formed is False
+  assert config.train.num_steps == 3 and config.batch.row_lengths == (256, 512)
+  assert config.judge.model == "m:1" and config.optim.learning_rate == 1.0
+  assert isinstance(config.optim.learning_rate, float)
+  assert cli.load_config("configs/demo_cpu.py", ["batch.row_lengths=64,128"]
+                         ).batch.row_lengths == (64, 128)
+  copy = tmp_path / "mine.py"  # any path works, not only the shipped configs
+  copy.write_text((REPO / "configs" / "demo_cpu.py").read_text())
+  assert cli.load_config(str(copy)).model.preset == "tiny_dense"
+
+
+def test_a_real_process_prints_one_line_and_exits_2():
+  env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
+  proc = subprocess.run([sys.executable, "-m", "carr_jax.train", "--config",
+                         "configs/demo_cpu.py", "--workdir", "x", "--config.rolout.temperature",
+                         "0.5"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2 and proc.stdout == ""
+  assert proc.stderr.strip().splitlines() == [
+      "python -m carr_jax.train: error: unknown config key 'rolout.temperature'; "
+      "did you mean rollout.temperature?"]
+
+
+def _parsers():
+  for name in ENTRY_POINTS:
+    yield name, importlib.import_module(name).parser()
+  sys.path.insert(0, str(REPO / "scripts"))
+  try:
+    for name in ("make_world", "launch_sglang"):
+      yield name, importlib.import_module(name).parser()
+  finally:
+    sys.path.remove(str(REPO / "scripts"))
+
+
+def test_every_flag_has_help_and_help_exits_0(capsys):
+  for name, p in _parsers():
+    missing = [a.option_strings for a in p._actions if a.option_strings and not a.help]
+    assert not missing, (name, missing)
+    assert all("_" not in s for a in p._actions for s in a.option_strings), name  # hyphens
+    with pytest.raises(SystemExit) as exit_:
+      p.parse_args(["--help"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("usage:"), name
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_scripts_help_exits_0(script, tmp_path):
+  proc = subprocess.run([sys.executable, str(REPO / "scripts" / f"{script}.py"), "--help"],
+                        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0 and proc.stdout.startswith("usage:"), proc.stderr[-500:]
