@@ -6,9 +6,6 @@ Each builder reads only its own config section, so the mapping from documented k
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 from carr_jax import loss as loss_lib
@@ -16,8 +13,6 @@ from carr_jax import packing
 from carr_jax import rewards
 from carr_jax import train_step as ts
 from carr_jax.model_config import Qwen3Config, get_preset
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def model_config(config: Any) -> Qwen3Config:
@@ -90,15 +85,11 @@ def packing_config(config: Any, mesh: Any, vocab_size: int) -> packing.PackingCo
 
 
 def tokenizer(config: Any):
-  """The Qwen3 tokenizer: `rollout.tokenizer_dir`, else fetched by scripts/fetch_tokenizer.py."""
+  """The Qwen3 tokenizer: `rollout.tokenizer_dir`, else fetched by carr_jax.fetch_tokenizer."""
   from transformers import AutoTokenizer
-  directory = config.rollout.tokenizer_dir
-  if not directory:
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "fetch_tokenizer.py")],
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-      raise RuntimeError(f"could not fetch the Qwen3 tokenizer: {proc.stderr[-500:]}")
-    directory = proc.stdout.strip().splitlines()[-1]
+
+  from carr_jax.fetch_tokenizer import ensure_tokenizer
+  directory = config.rollout.tokenizer_dir or str(ensure_tokenizer())
   return AutoTokenizer.from_pretrained(directory)
 
 
