@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from carr_jax import metrics as metrics_lib
 from carr_jax import step_stats
 
 
@@ -79,24 +80,30 @@ def summary_line(start: float, end: float, n: int, samples: int) -> str:
   return f"heldout_accuracy start={start:.4f} end={end:.4f} n={n} samples={samples}"
 
 
-def closing_summary(config: Any, workdir: str, steps_done: int, last: dict) -> list[str]:
-  """The lines a run ends with: what was trained, held-out accuracy, where the outputs are."""
+def step_line(label: str, metrics: dict) -> str:
+  """`first step: reward_mean 0.1250 | outcome ... | tool_calls 1.50` (nan when missing)."""
+  return (f"{label}: reward_mean {metrics.get('rollout/reward_mean', float('nan')):.4f} | "
+          f"outcome {metrics.get('judge/outcome_reward_mean', float('nan')):.4f} | "
+          f"rubric {metrics.get('judge/rubric_reward_mean', float('nan')):.4f} | "
+          f"tool_calls {metrics.get('rollout/tool_calls', float('nan')):.2f}")
+
+
+def closing_summary(config: Any, workdir: str, steps_done: int, last: dict,
+                    first: dict | None = None) -> list[str]:
+  """The lines a run ends with: what was trained, the key metrics of its first and last step
+  (`first`: this process's first step), where the outputs are, held-out accuracy (last)."""
   lines = [f"trained {config.model.preset} with reward.mode={config.reward.mode} for "
-           f"{steps_done} steps on data.source={config.data.source}",
-           f"last step: reward_mean {last.get('rollout/reward_mean', float('nan')):.4f} | "
-           f"outcome {last.get('judge/outcome_reward_mean', float('nan')):.4f} | "
-           f"rubric {last.get('judge/rubric_reward_mean', float('nan')):.4f} | "
-           f"tool_calls {last.get('rollout/tool_calls', float('nan')):.2f}"]
+           f"{steps_done} steps on data.source={config.data.source}"]
+  if first:
+    lines.append(step_line("first step", first))
+  lines.append(step_line("last step", last))
+  lines += metrics_lib.output_lines(workdir)
   evals = load_all(workdir)
-  paths = {"tensorboard": "tb", "checkpoints": "checkpoints", "trajectories": "trajectories",
-           "evaluations": "eval"}
-  for name, sub in paths.items():
-    if os.path.exists(os.path.join(workdir, sub)):
-      lines.append(f"{name}: {os.path.join(workdir, sub)}")
   if len(evals) >= 2:
-    first, final = evals[0], evals[-1]
-    c = change(np.array(first["per_question_accuracy"]), np.array(final["per_question_accuracy"]))
-    lines.append(f"held-out avg@{final['samples']} accuracy: step {first['step']} "
+    first_eval, final = evals[0], evals[-1]
+    c = change(np.array(first_eval["per_question_accuracy"]),
+               np.array(final["per_question_accuracy"]))
+    lines.append(f"held-out avg@{final['samples']} accuracy: step {first_eval['step']} "
                  f"{c['start']:.4f} -> step {final['step']} {c['end']:.4f} "
                  f"(change {c['difference']:+.4f} +- {c['standard_error']:.4f} s.e.)")
     lines.append(summary_line(c["start"], c["end"], c["n"], final["samples"]))

@@ -9,8 +9,9 @@ Keys are grouped by prefix (`train/`, `rollout/`, `judge/`, `perf/`, `eval/`); a
 is an error, so TensorBoard's tag groups stay the five sections the trainer reports.
 
 Helpers: `check_finite` stops training on a non-finite loss or gradient with an error naming
-the keys; `format_summary` is the one-line console view of a step; `redact` masks secrets in
-a config before it is written anywhere (hyper-parameters here, the checkpoint's `meta`).
+the keys; `Progress.line` / `format_summary` is the one-line console view of a step (step
+N/M, ETA); `redact` masks secrets in a config before it is written anywhere
+(hyper-parameters here, the checkpoint's `meta`).
 
   writer = MetricsWriter(workdir)
   writer.hparams(config)                       # step 0: HPARAMS tab + a TEXT table
@@ -164,13 +165,53 @@ def check_finite(metrics: Mapping[str, Any], step: int,
 
 
 def format_summary(step: int, metrics: Mapping[str, Any],
-                   keys: Iterable[str] = SUMMARY_KEYS) -> str:
-  """`step 12 | loss 0.3142 | grad_norm 1.07 | step_time_s 3.21` (missing keys skipped)."""
-  parts = [f"step {step}"]
+                   keys: Iterable[str] = SUMMARY_KEYS, total: int | None = None,
+                   eta_s: float | None = None) -> str:
+  """`step 12/40 | loss 0.3142 | grad_norm 1.07 | step_time_s 3.21 | eta 1:33` (missing keys
+  skipped; `/total` and the ETA only when given)."""
+  parts = [f"step {step}" + (f"/{total}" if total is not None else "")]
   for key in keys:
     if key in metrics:
       parts.append(f"{key.split('/', 1)[1]} {_to_float(key, metrics[key]):.4g}")
+  if eta_s is not None:
+    parts.append(f"eta {format_duration(eta_s)}")
   return " | ".join(parts)
+
+
+def format_duration(seconds: float) -> str:
+  """`42` s -> "0:42", 3725 s -> "1:02:05"."""
+  minutes, secs = divmod(int(round(max(seconds, 0.0))), 60)
+  hours, minutes = divmod(minutes, 60)
+  return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+# What a run leaves in its workdir, as its closing summary names it.
+RUN_OUTPUTS = (("tensorboard", "tb"), ("checkpoints", "checkpoints"), ("hf_exports", "hf"),
+               ("trajectories", "trajectories"), ("evaluations", "eval"))
+
+
+def output_lines(workdir: str) -> list[str]:
+  """`tensorboard: /abs/workdir/tb`, ... for each output the run has written."""
+  return [f"{name}: {os.path.join(workdir, sub)}" for name, sub in RUN_OUTPUTS
+          if os.path.exists(os.path.join(workdir, sub))]
+
+
+class Progress:
+  """The console line of each step: step N of M and the ETA from this process's steps so far
+  (a resumed run counts only the steps it ran itself)."""
+
+  def __init__(self, first_step: int, total: int, clock=time.perf_counter):
+    self.first_step, self.total, self.clock = first_step, total, clock
+    self.started = clock()
+
+  def eta_s(self, step: int) -> float:
+    """Seconds left after `step` (1-based) steps are done."""
+    done = step - self.first_step
+    per_step = (self.clock() - self.started) / max(done, 1)
+    return per_step * max(self.total - step, 0)
+
+  def line(self, step: int, metrics: Mapping[str, Any]) -> str:
+    return format_summary(step, metrics, total=self.total, eta_s=self.eta_s(step))
 
 
 def encode_png(image: Any) -> tuple[bytes, int, int, int]:

@@ -193,6 +193,7 @@ class SFTTrainer:
     if self.start_step == 0:
       self.writer.hparams(self.config.to_dict())
     history = []
+    progress = metrics_lib.Progress(self.start_step, self.num_steps)
     for step in range(self.start_step, self.num_steps):
       t0 = time.perf_counter()
       batch, stats = make_batch(self.loader.next(), self.pack_cfg,
@@ -206,7 +207,7 @@ class SFTTrainer:
                       "perf/train_tokens_per_s": stats["rows"] * stats["row_length"] / elapsed})
       self.writer.scalars(step + 1, metrics)
       self.writer.flush()
-      print(metrics_lib.format_summary(step + 1, metrics), flush=True)
+      print(progress.line(step + 1, metrics), flush=True)
       self.checkpointer.save(step + 1, self.state, data={"loader": self.loader.position},
                              meta={"config": self.config.to_dict(), "weight_version": step + 1},
                              force=step + 1 == self.num_steps)
@@ -238,10 +239,21 @@ def parser() -> argparse.ArgumentParser:
   return p
 
 
+def closing_summary(history: list[dict], workdir: str) -> list[str]:
+  """The lines an SFT run ends with: steps run, loss at both ends, where the outputs are."""
+  lines = [f"sft: {len(history)} steps run by this process"]
+  if history:
+    lines.append(f"loss: first step {history[0]['train/loss']:.4f} -> last step "
+                 f"{history[-1]['train/loss']:.4f}")
+  return lines + metrics_lib.output_lines(workdir)
+
+
 def _train(args: argparse.Namespace) -> None:
   if args.multihost or os.environ.get("JAX_COORDINATOR_ADDRESS"):
     jax.distributed.initialize()
-  train_sft(args.config, args.workdir)
+  history = train_sft(args.config, args.workdir)
+  if jax.process_index() == 0:
+    print("\n".join(closing_summary(history, os.path.abspath(args.workdir))), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -302,7 +302,9 @@ class Trainer:
       if self.config.train.eval_every:  # where held-out accuracy starts
         self.writer.scalars(0, self.evaluate(0))
     metrics: dict[str, Any] = {}
+    self.first_metrics: dict[str, Any] = {}  # this process's first step, for the summary
     g = self.config.data.group_size
+    progress = metrics_lib.Progress(self.start_step, self.num_steps)
     for step in range(self.start_step, self.num_steps):
       t0 = time.perf_counter()
       records = self.loader.next()  # every process advances, so checkpoints agree
@@ -338,7 +340,8 @@ class Trainer:
             / max(t2 - t1, 1e-9)})
         self.writer.scalars(step + 1, metrics)
         self.writer.flush()
-        print(metrics_lib.format_summary(step + 1, metrics), flush=True)
+        print(progress.line(step + 1, metrics), flush=True)
+        self.first_metrics = self.first_metrics or dict(metrics)
       self.checkpointer.save(step + 1, self.state, data={"loader": self.loader.position},
                              meta={"config": self.config.to_dict(), "weight_version": step + 1},
                              force=step + 1 == self.num_steps)
@@ -364,5 +367,5 @@ def train_and_evaluate(config, workdir: str) -> dict:
     trainer.close()
   if trainer.lead:
     print("\n".join(heldout.closing_summary(config, trainer.workdir, trainer.num_steps,
-                                           metrics)), flush=True)
+                                           metrics, trainer.first_metrics)), flush=True)
   return metrics

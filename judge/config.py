@@ -108,9 +108,17 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
 
 
 def setup_logging(verbose: bool, ours: tuple[str, ...] = ("judge",)) -> None:
-  """Loggers `ours` at INFO, every other logger at WARNING (INFO with `verbose`)."""
-  logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, force=True,
+  """Records of the loggers `ours` from INFO, of every other logger from WARNING (INFO with
+  `verbose`): a filter on the console handler, so a library that sets its own logger's level
+  (bm25s: DEBUG) stays quiet too."""
+  threshold = logging.INFO if verbose else logging.WARNING
+
+  def keep(record: logging.LogRecord) -> bool:
+    mine = record.name.split(".")[0] in ours
+    return record.levelno >= (logging.INFO if mine else threshold)
+
+  logging.basicConfig(level=logging.INFO, force=True,
                       format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                       datefmt="%H:%M:%S")
-  for name in ours:
-    logging.getLogger(name).setLevel(logging.INFO)
+  for handler in logging.getLogger().handlers:
+    handler.addFilter(keep)

@@ -119,3 +119,27 @@ def test_scripts_help_exits_0(script, tmp_path):
   proc = subprocess.run([sys.executable, str(REPO / "scripts" / f"{script}.py"), "--help"],
                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0 and proc.stdout.startswith("usage:"), proc.stderr[-500:]
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_logging_keeps_ours_and_silences_third_party_info(capsys, verbose):
+  import logging
+
+  from absl import logging as absl_logging
+  root = logging.getLogger()
+  saved = (root.handlers[:], root.level, absl_logging.get_verbosity())
+  try:
+    cli.setup_logging(verbose)
+    logging.getLogger("bm25s").setLevel(logging.DEBUG)  # as bm25s does at import
+    logging.getLogger("bm25s").debug("bm25s-debug")
+    logging.getLogger("orbax.checkpoint").info("orbax-info")
+    absl_logging.info("absl-info")
+    logging.getLogger("carr_jax.trainer").info("ours-info")
+    logging.getLogger("orbax.checkpoint").warning("orbax-warning")
+    err = capsys.readouterr().err
+  finally:
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    absl_logging.set_verbosity(saved[2])
+  assert "ours-info" in err and "orbax-warning" in err and "bm25s-debug" not in err
+  assert ("orbax-info" in err) == verbose and ("absl-info" in err) == verbose

@@ -177,6 +177,17 @@ def test_format_summary_is_one_compact_line():
   assert metrics.format_summary(3, {"eval/acc": 0.5}, keys=["eval/acc"]) == "step 3 | acc 0.5"
 
 
+def test_progress_shows_step_of_total_and_an_eta_from_this_runs_steps():
+  now = [100.0]
+  progress = metrics.Progress(first_step=4, total=10, clock=lambda: now[0])  # resumed at 4
+  now[0] = 130.0  # two steps (5 and 6) took 30 s: 15 s a step, 4 steps left
+  line = progress.line(6, {"train/loss": 0.5})
+  assert line == "step 6/10 | loss 0.5 | eta 1:00"
+  now[0] = 190.0
+  assert progress.line(10, {}) == "step 10/10 | eta 0:00"
+  assert metrics.format_duration(3725.4) == "1:02:05" and metrics.format_duration(-3) == "0:00"
+
+
 def test_only_process_zero_writes(tmp_path):
   logdir = os.path.join(str(tmp_path), "run")
   writer = metrics.MetricsWriter(logdir, process_index=1)
@@ -243,3 +254,33 @@ def test_tensorboard_server_serves_the_tags(tmp_path, load_fast):
     except subprocess.TimeoutExpired:
       proc.kill()
       proc.wait()
+
+
+def test_closing_summary_names_both_ends_and_every_output_then_ends_on_heldout(tmp_path):
+  import ml_collections
+
+  from carr_jax import heldout
+  workdir = str(tmp_path)
+  for sub in ("tb", "checkpoints", "hf"):
+    os.makedirs(os.path.join(workdir, sub))
+  heldout.save(workdir, 0, np.array([0.0, 1.0]), 2, {})
+  heldout.save(workdir, 4, np.array([1.0, 1.0]), 2, {})
+  config = ml_collections.ConfigDict({"model": {"preset": "tiny_dense"},
+                                      "reward": {"mode": "paper"}, "data": {"source": "world"}})
+  lines = heldout.closing_summary(config, workdir, 4, {"rollout/reward_mean": 0.5},
+                                  {"rollout/reward_mean": 0.25})
+  assert lines[1].startswith("first step: reward_mean 0.2500 | outcome nan")
+  assert lines[2].startswith("last step: reward_mean 0.5000")
+  assert lines[3:6] == [f"tensorboard: {workdir}/tb", f"checkpoints: {workdir}/checkpoints",
+                        f"hf_exports: {workdir}/hf"]
+  assert lines[-1] == "heldout_accuracy start=0.5000 end=1.0000 n=2 samples=2"
+  assert len(heldout.closing_summary(config, workdir, 4, {})) == len(lines) - 1  # no first
+
+
+def test_sft_closing_summary_gives_the_loss_at_both_ends_and_the_outputs(tmp_path):
+  from carr_jax import sft
+  os.makedirs(tmp_path / "checkpoints")
+  lines = sft.closing_summary([{"train/loss": 2.5}, {"train/loss": 0.75}], str(tmp_path))
+  assert lines == ["sft: 2 steps run by this process",
+                   "loss: first step 2.5000 -> last step 0.7500",
+                   f"checkpoints: {tmp_path}/checkpoints"]
