@@ -1,8 +1,8 @@
 """Cold-start SFT on multi-turn trajectories: `python -m carr_jax.sft --config ... --workdir DIR`.
 
-    python -m carr_jax.sft --config configs/sft_demo_cpu.py --workdir /tmp/carr_sft
-    python -m carr_jax.train --config configs/demo_cpu.py --workdir /tmp/carr_rl \\
-        --config.checkpoint.init_dir=/tmp/carr_sft/checkpoints        # RL from the SFT policy
+    python -m carr_jax.sft --config configs/sft_demo_cpu.py --workdir workdir/sft
+    python -m carr_jax.train --config configs/demo_cpu.py --workdir workdir/rl \\
+        --config.checkpoint.init_dir=workdir/sft/checkpoints        # RL from the SFT policy
 
 Data (`sft.data`): comma-separated JSONL files of trajectories in any shape
 `carr_jax.sft_data` accepts (our rollouts or expert episodes, judge-format histories, HF chat

@@ -311,7 +311,7 @@ class Trainer:
       metrics, batch = {}, None
       if self.lead:
         groups, breakdowns, metrics = self.collect(records, g, step)
-        self.dump(step, groups, breakdowns)
+        self.dump(step + 1, groups, breakdowns)  # numbered like the console, TB, checkpoints
         flat = [t for group in groups for t in group]
         metrics.update(step_stats.rollout_metrics(flat))
         metrics.update(step_stats.judge_metrics(breakdowns,

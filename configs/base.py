@@ -71,7 +71,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.stop_on_ill_formed = True  # end the episode at the first ill-formed turn
   c.rollout.concurrency = 64  # episodes in flight at once (= SGLang requests in flight)
   c.rollout.max_batch = 64  # in-process engine: requests generated together
-  c.rollout.dump_trajectories = True  # write workdir/trajectories/step_N.jsonl
+  c.rollout.dump_trajectories = True  # workdir/trajectories/step_N.jsonl, N as the step
 
   c.tools = ml_collections.ConfigDict()
   c.tools.backend = "corpus"  # "corpus" (offline BM25) | "web" (search + reader APIs)

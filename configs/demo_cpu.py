@@ -1,8 +1,8 @@
 """CPU demo (the embedded default): C-GRPO on the synthetic world with a tiny policy.
 
-    python -m carr_jax.train --config configs/demo_cpu.py --workdir /tmp/carr_demo \
-        [--config.checkpoint.init_dir=/tmp/carr_sft/checkpoints]   # configs/sft_demo_cpu.py
-    tensorboard --logdir /tmp/carr_demo/tb --host 127.0.0.1
+    python -m carr_jax.train --config configs/demo_cpu.py --workdir workdir/demo \
+        [--config.checkpoint.init_dir=workdir/sft/checkpoints]   # configs/sft_demo_cpu.py
+    tensorboard --logdir workdir/demo/tb --host 127.0.0.1
 
 `scripts/demo.sh` runs the cold-start SFT of configs/sft_demo_cpu.py first and starts from
 that policy; without `checkpoint.init_dir` the policy is random. Everything runs in-process

@@ -1,8 +1,8 @@
 """C-GRPO on the named-head synthetic world, from a cold-start SFT policy (CPU; in progress).
 
-    python -m carr_jax.sft --config configs/sft_named_cpu.py --workdir /tmp/named/sft
-    python -m carr_jax.train --config configs/named_cpu.py --workdir /tmp/named/rl \
-        --config.checkpoint.init_dir=/tmp/named/sft/checkpoints
+    python -m carr_jax.sft --config configs/sft_named_cpu.py --workdir workdir/named/sft
+    python -m carr_jax.train --config configs/named_cpu.py --workdir workdir/named/rl \
+        --config.checkpoint.init_dir=workdir/named/sft/checkpoints
 
 The world (`demo_world`, shared with configs/sft_named_cpu.py) asks named-head questions of
 1-2 hops (carr_jax/world/named.py): "X, a painter, studied at a university. Which city is home

@@ -1,11 +1,11 @@
 """CPU demo of cold-start SFT: a tiny policy imitates the scripted expert on the synthetic world.
 
-    python -m carr_jax.sft --config configs/sft_demo_cpu.py --workdir /tmp/carr_sft
+    python -m carr_jax.sft --config configs/sft_demo_cpu.py --workdir workdir/sft
     python -m carr_jax.evaluate --config configs/sft_demo_cpu.py --data world:eval \
-        --checkpoint /tmp/carr_sft/checkpoints --out /tmp/carr_sft/eval \
+        --checkpoint workdir/sft/checkpoints --out workdir/sft/eval \
         --config.rollout.temperature=0
-    python -m carr_jax.train --config configs/demo_cpu.py --workdir /tmp/carr_rl \
-        --config.checkpoint.init_dir=/tmp/carr_sft/checkpoints
+    python -m carr_jax.train --config configs/demo_cpu.py --workdir workdir/rl \
+        --config.checkpoint.init_dir=workdir/sft/checkpoints
 
 The expert (`carr_jax.expert`) walks each 2-hop training question of the world hop by hop
 through the offline browser tools and answers with `[[n](url)]` citations (gold judge:

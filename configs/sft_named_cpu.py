@@ -1,6 +1,6 @@
 """Cold-start SFT on the named-head synthetic world (configs/named_cpu.py shares the world).
 
-    python -m carr_jax.sft --config configs/sft_named_cpu.py --workdir /tmp/named/sft
+    python -m carr_jax.sft --config configs/sft_named_cpu.py --workdir workdir/named/sft
 
 The scripted expert (`carr_jax.expert`, brief answers, one search result per query) solves
 the training questions; the `demo_dense` policy imitates it on whole episodes, one per

@@ -2,9 +2,10 @@
 
 One CaRR record (docs/design.md section 3, with `metadata.gold`) about invented entities, the
 pages the agent can see, and `TrajectoryBuilder`, which writes histories in the judge's format
-(reference.md section 2): assistant `tool_calls` [{tool_call_id, name, arguments (JSON
-string)}] and tool messages `content: [{tool_call_id, output}]` with search/open/find outputs
-in the release's text formats. The rubric graph is E0 -R0- E1 -R1- E2 -R2 plus E0 -R3- E3:
+(the CaRR release's; judge/records.py reads it): assistant `tool_calls` [{tool_call_id, name,
+arguments (JSON string)}] and tool messages `content: [{tool_call_id, output}]` with
+search/open/find outputs in the release's text formats. The rubric graph is
+E0 -R0- E1 -R1- E2 -R2 plus E0 -R3- E3:
 
   R0 <E0> studied composition at <E1>.   R1 <E1> is located in <E2>.
   R2 <E2> is a river port founded in 1204. R3 <E0> received <E3> in 1998.

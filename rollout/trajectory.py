@@ -17,7 +17,7 @@ JSON-serialisable dict the judge and the trainer read:
   format_errors                 kinds of ill-formed turns that were fed back (continue mode)
   num_tool_calls                {"search", "open", "find"}: calls executed, successful or not
   tool_errors                   {error code: count} of executed calls whose result was not ok
-  history                       messages in the judge's format (reference.md section 2)
+  history                       messages in the judge's format (judge/records.py)
   timings                       generation_s, tool_s, total_s (wall clock, seconds; generation
                                 includes waiting in the engine's queue), turns,
                                 prompt_tokens, generated_tokens

@@ -2,7 +2,7 @@
 
   from carr_jax.world import build_world, write_world
   world = build_world(seed=0, num_entities=300, num_questions=100)
-  write_world(world, "/tmp/world")   # corpus.jsonl, train.jsonl, eval.jsonl, manifest.json
+  write_world(world, "world")   # corpus.jsonl, train.jsonl, eval.jsonl, manifest.json
 
 See `records.py` for the files, `questions.py` for how questions are made and kept.
 """

@@ -6,7 +6,7 @@ and `eval.jsonl` (CaRR records with `metadata.gold`, section 3) and `manifest.js
 is by answer entity, so no eval answer is ever a train answer. Ids are contiguous:
 `synth-<seed>-00000` ... over train then eval. Same seed and sizes -> byte-identical files.
 
-  python scripts/make_world.py --seed 0 --num-questions 200 --out /tmp/world
+  python scripts/make_world.py --seed 0 --num-questions 200 --out world
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """Start and stop a real SGLang server (CPU engine) as a subprocess of the SGLang virtualenv.
 
 The server runs from the separate venv built by scripts/setup_sglang_cpu.sh (default
-<repo>/.venv-sglang, or $SGLANG_VENV), bound to 127.0.0.1, with the CPU flags of
-docs/reference.md section 5.  `launch()` returns once `/health` answers 200, or raises with
+<repo>/.venv-sglang, or $SGLANG_VENV), bound to 127.0.0.1, with the flags SGLang's CPU
+engine needs (`server_command`).  `launch()` returns once `/health` answers 200, or raises with
 the tail of the server log.  The server and its scheduler/detokenizer children share a new
 process group, so `stop()` ends exactly them.
 
-  server = launch("/path/to/hf_model", port=30000)
+  server = launch("HF_MODEL_DIR", port=30000)
   ... server.url ...
   server.stop()
 
@@ -57,7 +57,8 @@ def server_command(model_path: str, port: int, *, host: str = "127.0.0.1",
                    max_running_requests: int = 8, chunked_prefill_size: int = 256,
                    weight_version: str = "default", random_seed: int = 0, dtype: str = "auto",
                    extra_args: tuple[str, ...] = (), python: str | None = None) -> list[str]:
-  """The sglang.launch_server command line for the CPU engine (reference.md section 5)."""
+  """The sglang.launch_server command line for the CPU engine: torch-native attention, PyTorch
+  sampling, no overlap schedule, no warm-up."""
   return [
       str(python or venv_python()), "-m", "sglang.launch_server",
       "--model-path", str(model_path), "--host", host, "--port", str(port),

@@ -16,7 +16,7 @@ a hop to the search or reader origin is followed as is; any other hop is checked
 URL, connected to at the address that check resolved (no second lookup) and sent no keys.
 The reader itself resolves the target it is given; that lookup is outside this process.
 
-  backend = WebBackend(WebConfig(cache_dir="/tmp/page_cache"))   # needs SERPER_API_KEY
+  backend = WebBackend(WebConfig(cache_dir="page_cache"))   # needs SERPER_API_KEY
 """
 from __future__ import annotations
 
