@@ -81,7 +81,7 @@ def test_train_kill_resume_and_tensorboard(tmp_path):
   assert "eval/evidence_graph" in acc.Tags()["images"]
   assert sorted(os.listdir(workdir / "checkpoints")) >= ["1", "2"]
 
-  for step in (0, 1):  # the judge scored every trajectory of every step
+  for step in (1, 2):  # the judge scored every trajectory of every step (numbered as steps)
     rows = [json.loads(l) for l in open(workdir / "trajectories" / f"step_{step}.jsonl")]
     assert len(rows) == 4
     assert all(r["judge"]["backend"].startswith("gold") for r in rows)
@@ -94,7 +94,7 @@ def test_train_kill_resume_and_tensorboard(tmp_path):
   assert whole.returncode == 0, whole.stderr[-3000:]
 
   def episodes(run_dir):
-    rows = [json.loads(l) for l in open(run_dir / "trajectories" / "step_1.jsonl")]
+    rows = [json.loads(l) for l in open(run_dir / "trajectories" / "step_2.jsonl")]
     return {(r["prompt_id"], r["sample_index"]): (r["token_ids"], r["weight_version"])
             for r in rows}
   assert episodes(workdir) == episodes(straight)
@@ -161,7 +161,7 @@ def test_train_two_steps_with_a_real_sglang_server(tmp_path):
     assert sorted(os.listdir(workdir / "sync")) == ["v2"]  # replaced exports are deleted
     acc = scalars(workdir)
     assert sorted({e.step for e in acc.Scalars("train/loss")}) == [1, 2]
-    rows = [json.loads(l) for l in open(workdir / "trajectories" / "step_1.jsonl")]
+    rows = [json.loads(l) for l in open(workdir / "trajectories" / "step_2.jsonl")]
     assert len(rows) == 4 and all(r["weight_version"] == "1" for r in rows)
     assert all(r["status"] != "failed" for r in rows)
   finally:
