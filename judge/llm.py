@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-import re
 import weakref
 from typing import Any, Callable, TypeVar
 
@@ -27,29 +26,10 @@ from judge.config import JudgeConfig
 from judge.parsing import OutputError
 from judge.prompts import reask_messages
 from judge.records import clean_text
+from judge.redaction import redact
 
 T = TypeVar("T")
 _SLOTS_PER_CLIENT = 8
-REDACTED = "[REDACTED]"
-# `Authorization: Bearer x`, `"x-api-key": "x"`, `api_key=x`, `token: x` ... (header or JSON).
-_CREDENTIAL_FIELD = re.compile(
-    r"""(?i)((?:proxy-)?authorization|x-api-key|api[-_ ]?key|access[-_ ]?token|secret|"""
-    r"""token|password)(["']?\s*[:=]\s*["']?)((?:bearer|basic|token)\s+)?[^\s"',;}\]]+""")
-_SCHEME_VALUE = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
-_KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_-]{8,}")  # OpenAI / DeepSeek style keys
-
-
-def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-  """`text` without any of `secrets` and without Authorization-like values.
-
-  Applied to every HTTP failure's text before it is stored (JudgeCallError reason ->
-  Breakdown.errors -> results.jsonl) or logged: an endpoint may echo the request's headers.
-  """
-  for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
-    text = text.replace(secret, REDACTED)
-  text = _CREDENTIAL_FIELD.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
-  text = _SCHEME_VALUE.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-  return _KEY_LIKE.sub(REDACTED, text)
 
 
 class StepError(Exception):

@@ -107,7 +107,8 @@ class ScriptedServer:
 
   `script` is a list of actions consumed one per /generate request, then "ok" forever:
   "ok" (answer), "500"/"503" (error status), "drop" (close the socket without answering),
-  "400" (a client error), "not_json" / "no_meta" (malformed 200 answers).  With
+  "400" (a client error), "not_json" / "no_meta" (malformed 200 answers), "echo_secrets"
+  (a 401 whose body echoes an API key, a bearer token and the request's Authorization).  With
   accept_updates=False, /update_weights_from_disk reports success but the served
   weight_version stays.  /flush_cache answers 400 while `busy` is set, as SGLang does when
   its scheduler stays busy past the request's timeout.  `control` records every
@@ -185,6 +186,10 @@ class ScriptedServer:
             return self.wfile.write(b"not json")
           if action == "no_meta":
             return self._send(200, {"output_ids": [1]})
+          if action == "echo_secrets":  # a gateway that echoes credentials in its errors
+            return self._send(401, {"error": {"message": "Invalid key sk-echoed0123456789",
+                                              "authorization": "Bearer gw-token-0123456789",
+                                              "seen": self.headers.get("authorization")}})
           if action != "ok":
             return self._send(int(action), {"error": {"message": f"scripted {action}"}})
           out = body["input_ids"][-1] + 1

@@ -13,12 +13,14 @@ rather than log_softmax, which loses relative precision on unlikely tokens).  Th
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import functools
 import pathlib
 import re
 import time
 
+import httpx
 import numpy as np
 
 import pytest
@@ -81,6 +83,27 @@ def test_malformed_answers_become_failed_results(action, fragment):
   with ScriptedServer([action]) as srv:
     result = run(one(srv.url))
   assert result.finish_reason == "failed" and fragment in result.error
+
+
+def test_credentials_never_reach_the_error_text():
+  """A 401 echoing a key and tokens, from a URL with a password (sent as basic auth)."""
+  basic = base64.b64encode(b"carr:url-password-123").decode()
+  secrets = ("sk-echoed0123456789", "gw-token-0123456789", "url-password-123", basic)
+  with ScriptedServer(["echo_secrets", "echo_secrets"]) as srv:
+    url = srv.url.replace("http://", "http://carr:url-password-123@")
+    result = run(one(url, max_retries=0))
+    raw = httpx.post(url + "/generate", json={"input_ids": PROMPT}, timeout=10)
+  assert all(s in raw.text + url for s in secrets)  # the leak is real without redaction
+  assert result.finish_reason == "failed" and "HTTP 401" in result.error
+  for secret in secrets:
+    assert secret not in result.error, result.error
+  assert "[REDACTED]" in result.error
+
+
+def test_weight_update_errors_are_redacted():
+  from rollout.engines.sglang import WeightUpdateError
+  error = WeightUpdateError("http://u:pw-9876543@host: HTTP 400: {'api_key': 'k-123456'}")
+  assert "pw-9876543" not in str(error) and "k-123456" not in str(error)
 
 
 def test_unreachable_server_fails_after_budget():

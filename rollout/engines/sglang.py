@@ -15,6 +15,9 @@
 - Connection errors and 5xx answers are retried with exponential backoff (on any URL); 4xx
   answers are not.  A request that exhausts `max_retries` comes back with finish_reason
   "failed" and the last error; it never raises.
+- Error text (a failed result's `error`, SGLangError, WeightUpdateError) passes through
+  `judge.redaction.redact`: no API key, Authorization value or URL password reaches a
+  trajectory record or a log, even when a server or gateway echoes one.
 - `update_weights_from_disk` loads new weights on every server, flushes the KV cache the old
   weights produced, then confirms through `/model_info` that each reports the new
   weight_version.  The flush is its own call, `/flush_cache?timeout=idle_timeout`, which waits
@@ -45,20 +48,26 @@ from typing import Any
 
 import httpx
 
+from judge.redaction import redact
 from rollout.engines.base import (QWEN3_VOCAB_SIZE, Engine, GenerationResult, SamplingParams,
                                   validate_token_ids)
 
 
 class SGLangError(RuntimeError):
-  """A request that could not be served (after retries, or refused with a 4xx)."""
+  """A request that could not be served (after retries, or refused with a 4xx). The message
+  is redacted (judge.redaction): a server or gateway may echo credentials."""
 
   def __init__(self, message: str, attempts: int):
-    super().__init__(message)
+    super().__init__(redact(message))
     self.attempts = attempts
 
 
 class WeightUpdateError(RuntimeError):
-  """A server did not take the new weights or does not report the new weight_version."""
+  """A server did not take the new weights or does not report the new weight_version (the
+  message redacted, as SGLangError's)."""
+
+  def __init__(self, message: str):
+    super().__init__(redact(message))
 
 
 def sampling_payload(params: SamplingParams) -> dict:
@@ -77,7 +86,7 @@ def parse_generate_response(body: dict, rid: str, attempts: int) -> GenerationRe
   logprobs = [float(e[0]) for e in entries]
   finish = meta.get("finish_reason") or {}
   reason = finish.get("type", "failed")
-  error = finish.get("message") if reason == "abort" else None
+  error = redact(str(finish.get("message"))) if reason == "abort" else None
   if [int(e[1]) for e in entries] != output_ids:
     reason, error = "failed", (f"log-prob token ids {[e[1] for e in entries][:8]}... differ "
                                f"from output_ids {output_ids[:8]}...")
@@ -187,8 +196,8 @@ class SGLangEngine(Engine):
     try:
       return parse_generate_response(body, rid, attempts)
     except (KeyError, TypeError, ValueError, IndexError) as e:
-      return failed(f"malformed /generate answer ({type(e).__name__}: {e}): "
-                    f"{str(body)[:200]}", attempts)
+      return failed(redact(f"malformed /generate answer ({type(e).__name__}: {e}): "
+                           f"{str(body)[:200]}"), attempts)
 
   async def abort(self, rid: str) -> None:
     """Aborts request `rid` where it runs now (every server if it is not in flight)."""

@@ -13,7 +13,7 @@ import httpx
 
 from judge import Judge, JudgeConfig, to_request
 from judge import example_world as ew
-from judge.llm import REDACTED, redact
+from judge.redaction import REDACTED, redact
 from judge.server import create_app
 from judge.testing import ServedApp
 
