@@ -1,9 +1,10 @@
 """Causal GQA self-attention over packed rows: one function, chosen implementations.
 
-`attend(q, k, v, segment_ids, impl)` is what `carr_jax.model.Attention` calls. Query head
-n = kv head * G + g reads kv head n // G (GQA). Token t of a row attends to token s when
-s <= t, both carry the same segment id, and that id is > 0 (0 marks padding). Rows of padding
-produce finite garbage that callers mask out.
+`attend(q, k, v, segment_ids, impl)` is what `carr_jax.model.Attention` calls (training and
+prefill); decoding writes a KV cache (`write_cache`) and reads it (`attend_cache`, dense).
+Query head n = kv head * G + g reads kv head n // G (GQA). Token t of a row attends to token
+s when s <= t, both carry the same segment id, and that id is > 0 (0 marks padding). Rows of
+padding produce finite garbage that callers mask out.
 
 Implementations (`Qwen3Config.attention`):
 - "dense": the reference. Materializes the [B, K, G, T, S] fp32 scores, so its memory grows
@@ -71,6 +72,30 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
   kernels = {"dense": dense, "blockwise": blockwise, "splash": fused_attention.splash,
              "cudnn": fused_attention.cudnn}
   return kernels[resolve(impl)](q, k, v, segment_ids)
+
+
+def write_cache(cache: dict, key: jax.Array, value: jax.Array, positions: jax.Array) -> dict:
+  """key / value [B, T, K, H] stored at columns positions [B, T] of cache k / v [B, K, S, H].
+
+  The cache keeps the kv-head axis before time so each (row, head) is one contiguous [S, H]
+  matrix, the layout XLA's CPU dots want ([B, S, K, H] made XLA transpose a copy of every
+  layer's cache at each decoding step).
+  """
+  rows = jnp.arange(key.shape[0])[:, None]  # [B, 1]
+  return {name: cache[name].at[rows, :, positions].set(x.astype(cache[name].dtype))
+          for name, x in (("k", key), ("v", value))}
+
+
+def attend_cache(q: jax.Array, k: jax.Array, v: jax.Array, q_pos: jax.Array) -> jax.Array:
+  """Queries over a KV cache, dense: q [B, T, K, G, H], k / v [B, K, S, H] (column = position),
+  q_pos [B, T] -> out [B, T, K, G, H]. Query t reads the columns <= q_pos[b, t] (decoding:
+  T = 1, and every column below a row's length holds its own tokens)."""
+  s = jnp.einsum("BTKGH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32)
+  s = s.astype(jnp.float32) * (q.shape[-1] ** -0.5)
+  allowed = jnp.arange(k.shape[2])[None, None, :] <= q_pos[:, :, None]  # [B, T, S]
+  s = jnp.where(allowed[:, None, None], s, _NEG_INF)
+  probs = jax.nn.softmax(s, axis=-1).astype(q.dtype)  # [B, K, G, T, S]
+  return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v)
 
 
 def mask(q_seg: jax.Array, k_seg: jax.Array, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:

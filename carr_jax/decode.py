@@ -9,13 +9,16 @@ positions = arange(T) and segment id 1, so no per-row offsets exist anywhere. De
 row b's next key/value at column `cache["lengths"][b]`, so rows of different prompt lengths
 advance in lock-step while each keeps its own positions.
 
-Cache: {"k", "v": [L, B, K, S, H] (compute dtype), "lengths": [B] int32 filled columns}. The
-kv-head axis sits before time so each (row, head) is a contiguous [S, H] matrix, the layout
-XLA's CPU dots want; [L, B, S, K, H] made XLA transpose a copy of every layer's cache each step.
-Columns at or beyond a row's length hold garbage (prompt padding) and are masked out; decode
-overwrites them in order. Prefill is self-attention over the prompt, so it calls the training
-attention (`carr_jax.attention.attend`, `cfg.attention`: blockwise on CPU by default, with the
-padding as segment 0); one-token decode attends to the cache with `_attend`.
+One forward pass: prefill and decode run the model's own layers (`carr_jax.model.Qwen3`,
+method `with_cache`), whose attention takes the cache as gemma's does: it writes the new
+keys/values at their positions and returns the updated cache. Prefill is self-attention over
+the prompt, so it uses the training attention (`cfg.attention`: blockwise on CPU by default,
+with the padding as segment 0); one-token decode attends over the cache
+(`carr_jax.attention.attend_cache`).
+
+Cache: {"k", "v": [L, B, K, S, H] (compute dtype), "lengths": [B] int32 filled columns}, the
+kv-head axis before time (`carr_jax.attention.write_cache`). Columns at or beyond a row's
+length hold garbage (prompt padding) and are masked out; decode overwrites them in order.
 
 Restricted output vocabulary (`cfg.output_ids`, V' ids): `prefill` / `decode_step` return
 logits over those V' columns only, `sample_tokens` draws a column, and `generate` maps it back
@@ -48,12 +51,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from carr_jax import attention
-from carr_jax.model import (_experts_dense, _experts_ragged, output_token_ids, rms_norm, rope,
-                            route, unembed_matrix)
+from carr_jax.model import Qwen3, output_token_ids, project, unembed_matrix
 from carr_jax.model_config import Qwen3Config
-
-_NEG_INF = float(jnp.finfo(jnp.float32).min)
 
 
 def init_cache(cfg: Qwen3Config, batch: int, max_len: int, dtype: Any = None) -> dict:
@@ -64,71 +63,18 @@ def init_cache(cfg: Qwen3Config, batch: int, max_len: int, dtype: Any = None) ->
           "lengths": jnp.zeros((batch,), jnp.int32)}
 
 
-# ------------------------------------------------------------------ one decoder layer
-
-def _qkv(cfg: Qwen3Config, attn: dict, x: jax.Array, positions: jax.Array):
-  """x [B, T, D] -> q [B, T, N, H], k/v [B, K, T, H]; per-head q/k RMSNorm before RoPE."""
-  cdt = jnp.dtype(cfg.compute_dtype)
-  q = jnp.einsum("BTD,DNH->BTNH", x, attn["q_proj"].astype(cdt))
-  k = jnp.einsum("BTD,DKH->BTKH", x, attn["k_proj"].astype(cdt))
-  v = jnp.einsum("BTD,DKH->BTKH", x, attn["v_proj"].astype(cdt))
-  q = rms_norm(q, attn["q_norm"], cfg.rms_norm_eps, cdt)
-  k = rms_norm(k, attn["k_norm"], cfg.rms_norm_eps, cdt)
-  k = rope(k, positions, cfg.rope_theta)
-  return rope(q, positions, cfg.rope_theta), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+def _forward(params: dict, cfg: Qwen3Config, tokens: jax.Array, positions: jax.Array,
+             segments: jax.Array, cache: dict) -> tuple[jax.Array, dict]:
+  """The model's own forward pass with the cache (`model.Qwen3.with_cache`): [B, T] inputs
+  -> (final-normed hidden [B, T, D], the updated {"k", "v"})."""
+  kv = {"k": cache["k"], "v": cache["v"]}
+  return Qwen3(cfg).apply({"params": params}, tokens, positions, segments, kv,
+                          method=Qwen3.with_cache)
 
 
-def _attend(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array) -> jax.Array:
-  """GQA attention. q [B, T, N, H]; keys/values [B, K, S, H]; mask [B, T, S] -> [B, T, N, H]."""
-  b, t, n, h = q.shape
-  kv_heads = keys.shape[1]
-  q = q.reshape(b, t, kv_heads, n // kv_heads, h)  # query head n = kv head * G + g
-  scores = jnp.einsum("BTKGH,BKSH->BKGTS", q, keys, preferred_element_type=jnp.float32)
-  scores = scores.astype(jnp.float32) * (h ** -0.5)
-  scores = jnp.where(mask[:, None, None], scores, _NEG_INF)
-  probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)  # [B, K, G, T, S]
-  return jnp.einsum("BKGTS,BKSH->BTKGH", probs, values).reshape(b, t, n, h)
-
-
-def _ffn(cfg: Qwen3Config, layer: dict, x: jax.Array) -> jax.Array:
-  """SwiGLU MLP or top-k routed experts. x [B, T, D] -> [B, T, D]."""
-  cdt = jnp.dtype(cfg.compute_dtype)
-  b, t, d = x.shape
-  if not cfg.is_moe:
-    mlp = layer["mlp"]
-    gate = jnp.einsum("BTD,DF->BTF", x, mlp["gate_proj"].astype(cdt))
-    up = jnp.einsum("BTD,DF->BTF", x, mlp["up_proj"].astype(cdt))
-    return jnp.einsum("BTF,FD->BTD", jax.nn.silu(gate) * up, mlp["down_proj"].astype(cdt))
-  moe = layer["moe"]
-  tokens = x.reshape(b * t, d)
-  router_logits = jnp.einsum("TD,DE->TE", tokens, moe["router"].astype(cdt))
-  _, weights, experts = route(router_logits, cfg.num_experts_per_tok, cfg.norm_topk_prob)
-  combine = _experts_ragged if cfg.moe_impl == "ragged" else _experts_dense
-  y = combine(tokens, experts, weights.astype(cdt), moe["gate_proj"].astype(cdt),
-              moe["up_proj"].astype(cdt), moe["down_proj"].astype(cdt))
-  return y.reshape(b, t, d)
-
-
-def _block(cfg: Qwen3Config, layer: dict, x: jax.Array, positions: jax.Array, attend):
-  """Pre-norm decoder layer. `attend(q, k, v) -> (out [B, T, N, H], aux)` owns the cache."""
-  cdt = jnp.dtype(cfg.compute_dtype)
-  h = rms_norm(x, layer["input_norm"]["scale"], cfg.rms_norm_eps, cdt)
-  out, aux = attend(*_qkv(cfg, layer["attn"], h, positions))
-  x = x + jnp.einsum("BTNH,NHD->BTD", out, layer["attn"]["o_proj"].astype(cdt))
-  h = rms_norm(x, layer["post_attn_norm"]["scale"], cfg.rms_norm_eps, cdt)
-  return x + _ffn(cfg, layer, h), aux
-
-
-def _embed(params: dict, cfg: Qwen3Config, tokens: jax.Array) -> jax.Array:
-  return jnp.take(params["embed"]["embedding"], tokens, axis=0).astype(cfg.compute_dtype)
-
-
-def _logits(params: dict, cfg: Qwen3Config, x: jax.Array) -> jax.Array:
-  """Un-normed hidden [B, D] -> fp32 logits [B, V'] (final RMSNorm, then the unembedding over
-  `cfg.output_ids`, or all V ids)."""
-  h = rms_norm(x, params["final_norm"]["scale"], cfg.rms_norm_eps, jnp.dtype(cfg.compute_dtype))
-  return jnp.einsum("BD,DV->BV", h.astype(jnp.float32),
-                    unembed_matrix(params, cfg).astype(jnp.float32))
+def _logits(params: dict, cfg: Qwen3Config, hidden: jax.Array) -> jax.Array:
+  """Final-normed hidden [B, D] -> fp32 logits [B, V'] (`cfg.output_ids`, or all V ids)."""
+  return project(hidden.astype(jnp.float32), unembed_matrix(params, cfg).astype(jnp.float32))
 
 
 # ------------------------------------------------------------------ prefill and decode
@@ -143,54 +89,17 @@ def prefill(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arra
   cols = jnp.arange(t)
   positions = jnp.broadcast_to(cols, (b, t))
   segments = (cols[None, :] < lengths[:, None]).astype(jnp.int32)  # [B, T]: 1 prompt, 0 padding
-
-  def self_attend(q, k, v):  # q [B, T, N, H], k/v [B, K, T, H]: the training attention
-    n, kv_heads = q.shape[2], k.shape[1]
-    grouped = q.reshape(b, t, kv_heads, n // kv_heads, q.shape[-1])
-    out = attention.attend(grouped, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
-                           segments, cfg.attention)
-    return out.reshape(q.shape), (k, v)
-
-  def layer_fn(x, layer):
-    return _block(cfg, layer, x, positions, self_attend)
-
-  x, (keys, values) = jax.lax.scan(layer_fn, _embed(params, cfg, tokens), params["layers"])
-  # keys/values: [L, B, K, T, H] -> columns [0, T) of the cache.
-  cache = {"k": jax.lax.dynamic_update_slice(cache["k"], keys.astype(cache["k"].dtype),
-                                             (0, 0, 0, 0, 0)),
-           "v": jax.lax.dynamic_update_slice(cache["v"], values.astype(cache["v"].dtype),
-                                             (0, 0, 0, 0, 0)),
-           "lengths": lengths.astype(jnp.int32)}
-  last = x[jnp.arange(b), lengths - 1]  # [B, D]
-  return _logits(params, cfg, last), cache
+  hidden, kv = _forward(params, cfg, tokens, positions, segments, cache)
+  last = hidden[jnp.arange(b), lengths - 1]  # [B, D]
+  return _logits(params, cfg, last), {**kv, "lengths": lengths.astype(jnp.int32)}
 
 
 def decode_step(params: dict, cfg: Qwen3Config, token: jax.Array,
                 cache: dict) -> tuple[jax.Array, dict]:
   """Appends token [B] at column cache["lengths"] of each row -> (fp32 logits [B, V'], cache)."""
-  b = token.shape[0]
-  pos = cache["lengths"]  # [B] position (= column) of the new token
-  rows = jnp.arange(b)
-  max_len = cache["k"].shape[3]
-  mask = (jnp.arange(max_len)[None, :] <= pos[:, None])[:, None, :]  # [B, 1, S]
-
-  def layer_fn(carry, xs):
-    x, k_all, v_all = carry
-    layer, index = xs
-
-    def attend(q, k, v):
-      # Write this layer's new key/value into the carried cache (in place under XLA).
-      k_new = k_all.at[index, rows, :, pos].set(k[:, :, 0].astype(k_all.dtype))  # [B, K, H]
-      v_new = v_all.at[index, rows, :, pos].set(v[:, :, 0].astype(v_all.dtype))
-      return _attend(q, k_new[index], v_new[index], mask), (k_new, v_new)
-
-    x, (k_all, v_all) = _block(cfg, layer, x, pos[:, None], attend)
-    return (x, k_all, v_all), None
-
-  carry = (_embed(params, cfg, token[:, None]), cache["k"], cache["v"])
-  (x, k_all, v_all), _ = jax.lax.scan(
-      layer_fn, carry, (params["layers"], jnp.arange(cfg.num_layers)))
-  return _logits(params, cfg, x[:, 0]), {"k": k_all, "v": v_all, "lengths": pos + 1}
+  pos = cache["lengths"][:, None]  # [B, 1] position (= column) of the new token
+  hidden, kv = _forward(params, cfg, token[:, None], pos, jnp.ones_like(pos), cache)
+  return _logits(params, cfg, hidden[:, 0]), {**kv, "lengths": cache["lengths"] + 1}
 
 
 # ------------------------------------------------------------------ sampling

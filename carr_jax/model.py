@@ -9,6 +9,7 @@ which keeps compile time flat in depth; `remat="full"` recomputes each layer in 
 Inputs are `tokens`, `positions` and `segment_ids`, all [B, T]. Segment ids let several
 sequences share a row: attention is causal and never crosses a segment; id 0 is padding.
 Positions are given by the caller (restarting at 0 per segment, see `carr_jax.packing`).
+Prefill and decode (`carr_jax.decode`) run these same layers with a KV cache (`with_cache`).
 
 Numerics: parameters are stored in `param_dtype` and cast to `compute_dtype` for matmuls;
 RMSNorm, RoPE tables, attention softmax, router softmax and logits are fp32, as in HF.
@@ -40,7 +41,6 @@ from jax.sharding import PartitionSpec as P
 from carr_jax import attention
 from carr_jax.model_config import Qwen3Config
 from carr_jax.sharding import BATCH, shard
-
 
 
 def _dtype(name: str) -> Any:
@@ -96,11 +96,19 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-  """GQA self-attention with per-head q/k RMSNorm applied before RoPE."""
+  """GQA self-attention with per-head q/k RMSNorm applied before RoPE, and an optional KV cache.
+
+  Returns (y [B, T, D], the updated cache or None). Without a cache (training) the chunk
+  attends within itself (`carr_jax.attention.attend`). A cache is this layer's
+  {"k", "v": [B, K, S, H]}, a row's columns being its positions: the chunk's keys and values
+  are written at columns `positions`, then either the chunk is each row's prompt from column
+  0 (T > 1, the prefill of an empty cache: it attends within itself, as in training) or it is
+  one token per row (T = 1, decoding: it attends over the cache columns up to its position).
+  """
   cfg: Qwen3Config
 
   @nn.compact
-  def __call__(self, x, positions, segment_ids):
+  def __call__(self, x, positions, segment_ids, cache=None):
     cfg = self.cfg
     pdt, cdt = _dtype(cfg.param_dtype), _dtype(cfg.compute_dtype)
     d, n, k, h = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -120,9 +128,14 @@ class Attention(nn.Module):
 
     b, t = x.shape[:2]
     q = q.reshape(b, t, k, n // k, h)  # query head n = kv head * G + g
-    out = attention.attend(q, key, value, segment_ids, cfg.attention).reshape(b, t, n, h)
-    out = shard(out, BATCH, None, "tensor", None)
-    return project(out, wo.astype(cdt), n_in=2)  # BTNH,NHD->BTD
+    if cache is not None:
+      cache = attention.write_cache(cache, key, value, positions)
+    if cache is None or t > 1:
+      out = attention.attend(q, key, value, segment_ids, cfg.attention)
+    else:
+      out = attention.attend_cache(q, cache["k"], cache["v"], positions)
+    out = shard(out.reshape(b, t, n, h), BATCH, None, "tensor", None)
+    return project(out, wo.astype(cdt), n_in=2), cache  # BTNH,NHD->BTD
 
 
 class MLP(nn.Module):
@@ -230,15 +243,17 @@ class MoE(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-  """Pre-norm block; scanned over layers with carry (x, router statistics)."""
+  """Pre-norm block; scanned over layers with carry (x, router statistics) and the layer's
+  KV cache (or None) as the scanned input and output."""
   cfg: Qwen3Config
 
   @nn.compact
-  def __call__(self, carry, positions, segment_ids):
+  def __call__(self, carry, positions, segment_ids, cache=None):
     cfg = self.cfg
     x, stats = carry
     h = RMSNorm(cfg, name="input_norm")(x)
-    x = x + Attention(cfg, name="attn")(h, positions, segment_ids)
+    y, cache = Attention(cfg, name="attn")(h, positions, segment_ids, cache)
+    x = x + y
     h = RMSNorm(cfg, name="post_attn_norm")(x)
     if cfg.is_moe:
       y, layer_stats = MoE(cfg, name="moe")(h, segment_ids)
@@ -246,7 +261,7 @@ class DecoderLayer(nn.Module):
     else:
       y = MLP(cfg, name="mlp")(h)
     x = shard(x + y, BATCH, None, None)
-    return (x, stats), None
+    return (x, stats), cache
 
 
 class Qwen3(nn.Module):
@@ -266,22 +281,34 @@ class Qwen3(nn.Module):
       raise ValueError(f"model.remat must be 'none' or 'full', got {cfg.remat!r}")
     self.layers = nn.scan(
         layer, variable_axes={"params": 0}, split_rngs={"params": True},
-        in_axes=(nn.broadcast, nn.broadcast), length=cfg.num_layers)(cfg, name="layers")
+        in_axes=(nn.broadcast, nn.broadcast, 0), length=cfg.num_layers)(cfg, name="layers")
     self.final_norm = RMSNorm(cfg, name="final_norm")
     if not cfg.tie_word_embeddings:
       self.lm_head = self.param(
           "lm_head", lambda rng, s, dt: {"kernel": _init(cfg)(rng, s, dt)},
           (cfg.hidden_size, cfg.vocab_size), pdt)
 
-  def hidden_and_aux(self, tokens, positions, segment_ids):
-    """tokens/positions/segment_ids: [B, T] -> (hidden [B, T, D], router aux loss scalar)."""
+  def _body(self, tokens, positions, segment_ids, cache):
+    """-> (final-normed hidden [B, T, D], router statistics, cache {"k", "v": [L, B, K, S, H]}
+    updated, or None)."""
     cfg = self.cfg
     x = jnp.take(self.embedding["embedding"], tokens, axis=0).astype(_dtype(cfg.compute_dtype))
     x = shard(x, BATCH, None, None)
     e = max(cfg.num_experts, 1)
     stats = (jnp.zeros((e,)), jnp.zeros((e,)), jnp.zeros(()))
-    (x, stats), _ = self.layers((x, stats), positions, segment_ids)
-    return self.final_norm(x), router_aux_loss(stats, cfg)
+    (x, stats), cache = self.layers((x, stats), positions, segment_ids, cache)
+    return self.final_norm(x), stats, cache
+
+  def hidden_and_aux(self, tokens, positions, segment_ids):
+    """tokens/positions/segment_ids: [B, T] -> (hidden [B, T, D], router aux loss scalar)."""
+    hidden, stats, _ = self._body(tokens, positions, segment_ids, None)
+    return hidden, router_aux_loss(stats, self.cfg)
+
+  def with_cache(self, tokens, positions, segment_ids, cache):
+    """Prefill or decode (see `Attention`): [B, T] inputs and the stacked cache
+    {"k", "v": [L, B, K, S, H]} -> (final-normed hidden [B, T, D], the updated cache)."""
+    hidden, _, cache = self._body(tokens, positions, segment_ids, cache)
+    return hidden, cache
 
   def __call__(self, tokens, positions, segment_ids):
     return self.hidden_and_aux(tokens, positions, segment_ids)[0]
