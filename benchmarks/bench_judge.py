@@ -1,4 +1,4 @@
-"""Judge throughput: default concurrency vs strictly sequential judging, and the cache re-run.
+"""Judge throughput: both LLM transports at the default concurrency vs sequential judging.
 
   python benchmarks/bench_judge.py               # 256 trajectories, 200 ms per judge call
   python benchmarks/bench_judge.py --trajectories 32 --delay 0.05   # quick look
@@ -6,15 +6,19 @@
 
 A scripted OpenAI-compatible server (judge/testing.py, canned valid replies) runs in its own
 process on 127.0.0.1 and sleeps `--delay` seconds per call. Each trajectory costs 3 judge
-calls (outcome, entity identification, support). Measured in one run:
-  concurrent  Judge() with the default concurrency, the whole batch at once;
-  re-run      the same batch again on the same Judge: every judgment comes from the cache;
-  sequential  the peer: one judge call at a time (concurrency=1, trajectories one by one,
-              no cache), what a plain loop over a blocking client does.
-Prints wall times, the sequential/concurrent ratio (target >= 50x) and the calls saved.
+calls (outcome, entity identification, support). Measured in one run, `--rounds` times in
+turn for each transport (openai: the judge's ChatClient on the openai SDK; httpx: the former
+raw-httpx transport, benchmarks/judge_httpx_client.py):
+  concurrent  the judge with the default concurrency, the whole batch at once;
+  re-run      the same batch again on the same judge: every judgment comes from the cache;
+then once the peer, sequential: one judge call at a time (concurrency=1, trajectories one by
+one, no cache, openai transport), what a plain loop over a blocking client does.
+Prints the load average, wall and judge-process CPU times, the sequential/concurrent ratios
+(target >= 50x) and the calls saved.
 """
 import argparse
 import asyncio
+import os
 import pathlib
 import socket
 import subprocess
@@ -25,8 +29,14 @@ import httpx
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from benchmarks.judge_httpx_client import HttpxChatClient  # noqa: E402
 from judge import Judge, JudgeConfig  # noqa: E402
 from judge import example_world as ew  # noqa: E402
+from judge.backends import LLMBackend  # noqa: E402
+from judge.cache import JudgeCache  # noqa: E402
+from judge.llm import ChatClient  # noqa: E402
+
+TRANSPORTS = {"openai": ChatClient, "httpx": HttpxChatClient}
 
 
 def _free_port() -> int:
@@ -79,47 +89,68 @@ def check(results, expected_calls: int) -> None:
   assert sum(r.judge_calls + r.cache_hits for r in results) == expected_calls
 
 
+async def measure(transport: str, config: JudgeConfig, items, warm) -> dict:
+  """One transport: a warm-up batch, the measured batch, then the cache re-run."""
+  client = TRANSPORTS[transport](config, cache=JudgeCache())
+  judge = Judge(config, backend=LLMBackend(client))
+  try:
+    await judge.score_batch(warm)  # opens the connections; not measured, not reused below
+    wall, cpu, results = await timed_batch(judge, items)
+    check(results, 3 * len(items))
+    rerun, _, again = await timed_batch(judge, items)
+    check(again, 3 * len(items))
+  finally:
+    await client.aclose()
+  return {"transport": transport, "wall": wall, "cpu": cpu, "rerun": rerun,
+          "calls": sum(r.judge_calls for r in results),
+          "rerun_calls": sum(r.judge_calls for r in again),
+          "hits": sum(r.cache_hits for r in again)}
+
+
+def row_line(row: dict, sequential: float | None) -> str:
+  speedup = f"speed-up {sequential / row['wall']:6.1f}x  " if sequential else ""
+  return (f"{row['transport']:<7} concurrent {row['wall']:7.2f} s  judge CPU {row['cpu']:.2f} s "
+          f"({1000 * row['cpu'] / max(row['calls'], 1):.2f} ms per call)  {speedup}"
+          f"re-run {row['rerun']:.2f} s ({row['rerun_calls']} calls, {row['hits']} cache hits)")
+
+
 async def run(args) -> None:
+  load = os.getloadavg()
+  print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
   process, base_url = start_server(args.delay)
   try:
     task = ew.example_task()
     items = [(trajectory(i), task) for i in range(args.trajectories)]
-    calls = 3 * len(items)
     base = JudgeConfig(base_url=base_url, model="scripted", api_key_env="",
                        concurrency=args.concurrency)
-    judge = Judge(base)
-    warm = [(trajectory(-1 - i), task) for i in range(64)]
-    await judge.score_batch(warm)  # opens the connections; not measured, not reused below
-    concurrent, cpu, results = await timed_batch(judge, items)
-    check(results, calls)
-    rerun, _, again = await timed_batch(judge, items)
-    check(again, calls)
-    fresh_calls = sum(r.judge_calls for r in results)
-    rerun_calls = sum(r.judge_calls for r in again)
-    await judge.aclose()
+    print(f"{len(items)} trajectories x 3 judge calls, {args.delay * 1000:.0f} ms per call, "
+          f"concurrency {base.concurrency}", flush=True)
+    rows = []
+    for _ in range(args.rounds):
+      for transport in TRANSPORTS:
+        warm = [(trajectory(-1 - i - 1000 * len(rows)), task) for i in range(64)]
+        rows.append(await measure(transport, base, items, warm))
+        print(row_line(rows[-1], None), flush=True)
     sequential_judge = Judge(base.replace(concurrency=1, use_cache=False))
     sequential = await timed_sequential(sequential_judge, items)
     await sequential_judge.aclose()
   finally:
     process.terminate()
     process.wait()
-  print(f"{len(items)} trajectories x 3 judge calls, {args.delay * 1000:.0f} ms per call")
-  print(f"concurrent (concurrency={base.concurrency}): {concurrent:8.2f} s  "
-        f"({fresh_calls} calls; judge process CPU {cpu:.2f} s = "
-        f"{1000 * cpu / max(fresh_calls, 1):.1f} ms per call)")
-  print(f"sequential (peer, concurrency=1):   {sequential:8.2f} s")
-  print(f"speed-up sequential / concurrent:   {sequential / concurrent:8.1f}x  (target >= 50x)")
-  hits = sum(r.cache_hits for r in again)
-  print(f"cache re-run:                       {rerun:8.2f} s  ({rerun_calls} calls, {hits} "
-        f"cache hits: {fresh_calls - rerun_calls} of {fresh_calls} calls saved)")
+  print(f"sequential (peer, concurrency=1, openai): {sequential:8.2f} s; speed-ups "
+        f"(target >= 50x):")
+  for row in rows:
+    print(row_line(row, sequential))
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--trajectories", type=int, default=256)
+  parser.add_argument("--trajectories", type=int, default=256, help="batch size")
   parser.add_argument("--delay", type=float, default=0.2, help="seconds per judge call")
   parser.add_argument("--concurrency", type=int, default=JudgeConfig.concurrency,
                       help="concurrent run's judge concurrency (default: JudgeConfig's)")
+  parser.add_argument("--rounds", type=int, default=2,
+                      help="concurrent measurements per transport, taken in turn")
   asyncio.run(run(parser.parse_args()))
 
 

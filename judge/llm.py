@@ -1,11 +1,22 @@
 """OpenAI-compatible chat client for the judge: bounded concurrency, timeouts, retries, cache.
 
-`ChatClient.complete(messages)` POSTs `{base_url}/chat/completions` with httpx (small pooled
-AsyncClients per event loop) and returns the reply text. At most `concurrency` calls are in
-flight per event loop; each call is bounded by `timeout` seconds in total; 429, 5xx, timeouts,
-connection errors and unreadable bodies are retried `retries` times with jittered exponential
-backoff (a Retry-After header is honoured up to `backoff_max`); other 4xx fail at once. Then
-the call fails with `JudgeCallError`, which the judge records as the step's error.
+`ChatClient.complete(messages)` asks `{base_url}/chat/completions` through the `openai`
+package's AsyncOpenAI (any OpenAI-compatible base URL; its auth, timeouts and typed errors)
+and returns the reply text. The request goes through the SDK's documented generic
+`client.post(path, body=..., cast_to=object)` rather than `chat.completions.create`: the
+typed method transforms the messages and builds response models on every call, ~1.7 ms more
+CPU per call, which the judge benchmark feels (benchmarks/README.md `## judge`).
+
+At most `concurrency` calls are in flight per event loop, spread over SDK clients of 8
+connections each; each call is bounded by `timeout` seconds in total; 429, 5xx, timeouts,
+connection errors and unreadable bodies are retried `retries` times with jittered
+exponential backoff (a Retry-After header is honoured up to `backoff_max`); other 4xx fail
+at once. The retries are ours, not the SDK's (max_retries=0), so each attempt is counted in
+`Metrics`. Then the call fails with `JudgeCallError`, which the judge records as the step's
+error; its text is redacted. Proxy variables from the environment are ignored
+(trust_env=False), as in the release: an HTTP_PROXY meant for web traffic would otherwise
+capture a local judge on 127.0.0.1. Without an API key no Authorization header is sent
+(local servers), and the SDK's OPENAI_ORG_ID / OPENAI_PROJECT_ID headers never are.
 
 `ChatClient.ask(messages, parse)` adds the judge cache and re-asking: a reply that `parse`
 rejects (OutputError) is sent back with the reason, up to `max_reasks` times; only a reply
@@ -16,10 +27,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import ssl
 import weakref
 from typing import Any, Callable, TypeVar
 
-import httpx
+import openai
 
 from judge.cache import JudgeCache, cache_key
 from judge.config import JudgeConfig
@@ -30,6 +42,11 @@ from judge.redaction import redact
 
 T = TypeVar("T")
 _SLOTS_PER_CLIENT = 8
+_NO_KEY = "not-sent"  # AsyncOpenAI needs a key; without one the header is omitted per request
+# Headers the SDK would fill from OPENAI_ORG_ID / OPENAI_PROJECT_ID: the judge sends only what
+# its JudgeConfig names, whatever endpoint it talks to.
+_NOT_CONFIGURED = {"OpenAI-Organization": openai.omit, "OpenAI-Project": openai.omit}
+_NO_AUTH = {"Authorization": openai.omit}
 
 
 class StepError(Exception):
@@ -42,6 +59,15 @@ class StepError(Exception):
 
 class JudgeCallError(StepError):
   """The LLM endpoint did not give a usable HTTP answer after all retries."""
+
+
+class AttemptError(Exception):
+  """One attempt that failed: `problem` (redacted text), the server's Retry-After, and
+  whether to give up at once (`final`: a 4xx other than 429)."""
+
+  def __init__(self, problem: str, retry_after: str | None = None, final: bool = False):
+    super().__init__(problem)
+    self.problem, self.retry_after, self.final = problem, retry_after, final
 
 
 @dataclasses.dataclass
@@ -85,35 +111,32 @@ class ChatClient:
     self.config = config
     self.metrics = metrics or Metrics()
     self.cache = cache
-    self._url = config.base_url.rstrip("/") + "/chat/completions"
     self._params = {k: v for k, v in (("temperature", config.temperature),
                                       ("max_tokens", config.max_tokens)) if v is not None}
     self._per_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-    self._ssl_context = None
+    self._ssl_context: ssl.SSLContext | None = None
 
-  def _loop_state(self) -> tuple[list[httpx.AsyncClient], asyncio.LifoQueue]:
-    """(clients, free slots) of the running event loop; httpx objects belong to one loop.
+  def _loop_state(self) -> tuple[list[openai.AsyncOpenAI], asyncio.LifoQueue]:
+    """(clients, free slots) of the running event loop; an SDK client belongs to one loop.
 
     A slot is the index of a client; `concurrency` slots bound the calls in flight. Each
-    client gets at most `_SLOTS_PER_CLIENT` of them: httpx scans its whole pool for every
-    request, so one client with 128 connections costs ~5 ms of CPU per call, small pools ~1 ms.
-    Free slots are a stack, so light traffic keeps reusing the first client's warm
-    connections. All clients share one SSL context (building one costs tens of ms).
-    Proxy variables from the environment are ignored (trust_env=False), as in the release:
-    an HTTP_PROXY meant for web traffic would otherwise capture a local judge on 127.0.0.1.
+    client gets at most `_SLOTS_PER_CLIENT` of them: the HTTP connection pool is scanned for
+    every request, so one client with 256 connections spends a third of its time assigning
+    requests to connections (profiled: 4.6 of 13 s), small pools little. Free slots are a
+    stack, so light traffic keeps reusing the first client's warm connections. All clients
+    share one SSL context (building one costs ~80 ms).
     """
     loop = asyncio.get_running_loop()
     state = self._per_loop.get(loop)
     if state is None:
       if self._ssl_context is None:
-        self._ssl_context = httpx.create_ssl_context()
-      key = self.config.api_key()
-      headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._ssl_context = ssl.create_default_context()
       size = min(_SLOTS_PER_CLIENT, self.config.concurrency)
-      limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-      clients = [httpx.AsyncClient(headers=headers, limits=limits, timeout=self.config.timeout,
-                                   verify=self._ssl_context, trust_env=False)
-                 for _ in range(-(-self.config.concurrency // size))]
+      clients = [openai.AsyncOpenAI(
+          api_key=self.config.api_key() or _NO_KEY, base_url=self.config.base_url,
+          max_retries=0, timeout=self.config.timeout,
+          http_client=openai.DefaultAsyncHttpxClient(trust_env=False, verify=self._ssl_context))
+          for _ in range(-(-self.config.concurrency // size))]
       slots: asyncio.LifoQueue = asyncio.LifoQueue()
       for slot in reversed(range(self.config.concurrency)):
         slots.put_nowait(slot // size)
@@ -124,7 +147,7 @@ class ChatClient:
     """Closes the HTTP clients of the running event loop."""
     state = self._per_loop.pop(asyncio.get_running_loop(), None)
     for client in state[0] if state else []:
-      await client.aclose()
+      await client.close()
 
   def _secrets(self) -> tuple[str, ...]:
     key = self.config.api_key()
@@ -139,66 +162,74 @@ class ChatClient:
     delay = min(self.config.backoff_max, self.config.backoff_base * 2 ** attempt)
     return delay * (0.5 + 0.5 * random.random())
 
-  async def _post(self, body: dict[str, Any]) -> httpx.Response:
-    """One POST in a free slot, bounded by `timeout` in total (not per read)."""
+  async def _attempt(self, messages: list[dict[str, str]]) -> tuple[Any, dict[str, Any]]:
+    """One request in a free slot, bounded by `timeout` in total (not per read).
+
+    Returns (reply content, usage dict); raises AttemptError."""
     clients, slots = self._loop_state()
+    headers = {**_NOT_CONFIGURED, **({} if self.config.api_key() else _NO_AUTH)}
     slot = await slots.get()
     try:
       async with asyncio.timeout(self.config.timeout):
-        return await clients[slot].post(self._url, json=body)
+        body = {"model": self.config.model, "messages": messages, **self._params}
+        data = await clients[slot].post("/chat/completions", body=body, cast_to=object,
+                                        options={"headers": headers})
+    except (TimeoutError, openai.APITimeoutError):
+      raise AttemptError(f"timeout after {self.config.timeout:g}s") from None
+    except openai.APIConnectionError as e:
+      cause = type(e.__cause__ or e).__name__
+      raise AttemptError(f"connection error ({cause})") from None
+    except openai.APIStatusError as e:
+      if e.status_code == 429 or e.status_code >= 500:
+        retry_after = e.response.headers.get("retry-after")
+        raise AttemptError(f"HTTP {e.status_code}", retry_after) from None
+      detail = redact(clean_text(e.response.text[:2000]), self._secrets())[:200]
+      raise AttemptError(f"judge endpoint refused the request: HTTP {e.status_code} "
+                         f"{detail!r}", final=True) from None
+    except (openai.APIError, ValueError):  # a 200 body that is not a chat completion
+      raise AttemptError("unreadable response body") from None
     finally:
       slots.put_nowait(slot)
+    try:
+      content = data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+      raise AttemptError("unreadable response body") from None
+    usage = data.get("usage")
+    return content, usage if isinstance(usage, dict) else {}
 
   async def complete(self, messages: list[dict[str, str]], usage: Usage | None = None) -> str:
     """One chat completion (retried on transient errors); raises JudgeCallError."""
-    body = {"model": self.config.model, "messages": messages, **self._params}
     problem = ""
     for attempt in range(self.config.retries + 1):
       self.metrics.attempts += 1
-      retry_after = None
       try:
-        response = await self._post(body)
-      except (TimeoutError, httpx.TimeoutException):
-        problem = f"timeout after {self.config.timeout:g}s"
-      except httpx.HTTPError as e:
-        problem = f"connection error ({type(e).__name__})"
-      else:
-        status = response.status_code
-        if status == 200:
-          try:
-            data = response.json()
-            text = data["choices"][0]["message"]["content"]
-          except (ValueError, KeyError, IndexError, TypeError):
-            problem = "unreadable response body"
-          else:
-            self._count(data, usage)
-            return clean_text(text) if isinstance(text, str) else ""
-        elif status == 429 or status >= 500:
-          problem, retry_after = f"HTTP {status}", response.headers.get("retry-after")
-        else:
+        content, tokens = await self._attempt(messages)
+      except AttemptError as e:
+        if e.final:
           self.metrics.call_errors += 1
-          detail = redact(clean_text(response.text[:2000]), self._secrets())[:200]
-          raise JudgeCallError(f"judge endpoint refused the request: HTTP {status} "
-                               f"{detail!r}")
-      if attempt < self.config.retries:
-        self.metrics.retries += 1
-        await asyncio.sleep(self._backoff(attempt, retry_after))
+          raise JudgeCallError(e.problem) from None
+        problem = e.problem
+        if attempt < self.config.retries:
+          self.metrics.retries += 1
+          await asyncio.sleep(self._backoff(attempt, e.retry_after))
+        continue
+      self._count(tokens, usage)
+      return clean_text(content) if isinstance(content, str) else ""
     self.metrics.call_errors += 1
     raise JudgeCallError(f"judge call failed after {self.config.retries + 1} attempts: "
                          f"{problem}")
 
-  def _count(self, data: Any, usage: Usage | None) -> None:
-    reported = data.get("usage") if isinstance(data, dict) else None
-    reported = reported if isinstance(reported, dict) else {}
-    tokens = [reported.get(k) for k in ("prompt_tokens", "completion_tokens")]
-    tokens = [t if isinstance(t, int) and t >= 0 else 0 for t in tokens]
+  def _count(self, tokens: dict[str, Any], usage: Usage | None) -> None:
+    """Counts a completion and the token numbers it reported (absent or odd ones as 0)."""
+    prompt, completion = [t if isinstance(t, int) and t >= 0 else 0
+                          for t in (tokens.get("prompt_tokens"), tokens.get("completion_tokens"))]
     self.metrics.calls += 1
-    self.metrics.prompt_tokens += tokens[0]
-    self.metrics.completion_tokens += tokens[1]
+    self.metrics.prompt_tokens += prompt
+    self.metrics.completion_tokens += completion
     if usage is not None:
       usage.calls += 1
-      usage.prompt_tokens += tokens[0]
-      usage.completion_tokens += tokens[1]
+      usage.prompt_tokens += prompt
+      usage.completion_tokens += completion
 
   async def ask(self, messages: list[dict[str, str]], parse: Callable[[str], T],
                 usage: Usage | None = None) -> T:

@@ -142,8 +142,14 @@ def test_api_key_goes_in_the_header_and_nowhere_else(monkeypatch):
   assert "sk-secret-123" not in json.dumps(client.metrics.as_dict())
 
 
-def test_no_key_variable_means_no_auth_header():
+def test_no_key_variable_means_no_auth_header(monkeypatch):
+  # The SDK would fill these from the environment; the judge sends only what it configures.
+  monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-this-endpoint")
+  monkeypatch.setenv("OPENAI_ORG_ID", "org-not-for-this-endpoint")
+  monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-not-for-this-endpoint")
   with ScriptedServer(lambda body: "ok") as server:
     client = _client(server)
     assert _run(lambda: client.complete(MESSAGES)) == "ok"
-  assert "authorization" not in server.request_headers[0]
+  headers = server.request_headers[0]
+  assert not {"authorization", "openai-organization", "openai-project"} & set(headers)
+  assert "not-for-this-endpoint" not in json.dumps(headers)
