@@ -143,3 +143,16 @@ def test_logging_keeps_ours_and_silences_third_party_info(capsys, verbose):
     absl_logging.set_verbosity(saved[2])
   assert "ours-info" in err and "orbax-warning" in err and "bm25s-debug" not in err
   assert ("orbax-info" in err) == verbose and ("absl-info" in err) == verbose
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_no_accelerator_probe_line_on_a_cpu_run_unless_verbose(verbose, tmp_path):
+  """jax logs "Unable to initialize backend 'tpu'" at INFO when it probes for a TPU."""
+  code = ("import sys; from carr_jax import cli; cli.setup_logging(sys.argv[1] == '1'); "
+          "import jax; jax.devices()")
+  env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+  env["PYTHONPATH"] = str(REPO)
+  proc = subprocess.run([sys.executable, "-c", code, "1" if verbose else "0"], cwd=tmp_path,
+                        env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert ("Unable to initialize backend" in proc.stderr) == verbose, proc.stderr[-2000:]
