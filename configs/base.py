@@ -52,6 +52,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.world_distractors = 6  # distractor sentences per synthetic page (0-6)
   c.data.world_short_names = False  # one-token names, one-word people (world/graph.py)
   c.data.world_prompt = "full"  # "full" | "brief" (2 terse tool schemas, one-line format rule)
+  c.data.world_mark_names = False  # other entities' names in **bold**, like links (world/pages.py)
   c.data.prompts_per_step = 16  # questions per step (paper: 16)
   c.data.group_size = 8  # rollouts per question, G (paper: 8)
   c.data.epochs = 3  # passes over the training questions (paper: 3); bounds num_steps

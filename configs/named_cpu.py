@@ -8,16 +8,18 @@ The world (`demo_world`, shared with configs/sft_named_cpu.py) asks named-head q
 1-2 hops (carr_jax/world/named.py): "X, a painter, studied at a university. Which city is home
 to this university?", answered by searching and opening the pages that prove each hop and
 citing them; about half of the 2-hop questions admit a shortcut (the answer is named on the
-head's page). The policy is a small Qwen3 (`demo_dense`) with the real tokenizer; its output
-softmax covers only the ids the world uses (`model.output_vocab="world"`). The trainer
-evaluates avg@k accuracy on the same held-out questions before the first step and after the
-last, and ends with `heldout_accuracy start=... end=... n=... samples=...`.
+head's page). Names are one Qwen3 token each and marked in bold the way wiki text marks links
+(`data.world_mark_names`), and the prompt is the brief one (two terse tool schemas, a one-line
+answer format), so an expert episode is ~1,050 tokens (800-1,400). The policy is a small Qwen3
+(`demo_dense`) with the real tokenizer; its output softmax covers only the ids the world uses
+(`model.output_vocab="world"`). The trainer evaluates avg@k accuracy on the same held-out
+questions before the first step and after the last, and ends with
+`heldout_accuracy start=... end=... n=... samples=...`.
 
-Measured on 2 cores (blockwise attention, rows of 2,048): episodes are 1,255-1,934 tokens;
-SFT (configs/sft_named_cpu.py) takes 12.5 min for 150 steps and gives a policy that makes
-well-formed tool calls (0.80 of greedy turns on the held-out split) but solves no question
-(pass@8 = 0 on training questions), so a C-GRPO step here (56-73 s) has zero rewards; see
-docs/results.md.
+Measured on 2 cores: SFT (configs/sft_named_cpu.py, 150 or 300 steps) gives a policy whose
+greedy turns on the held-out split are well-formed tool calls 0.84 of the time but which
+solves no question: its first search never holds the question's head name (0 of 32), so a
+C-GRPO step here has zero rewards. Copying that name needs a warm start (docs/results.md).
 """
 from configs import base
 
@@ -35,8 +37,11 @@ def demo_world(c) -> None:
   c.data.world_shortcut_fraction = 0.5
   c.data.world_locality = 0.8
   c.data.world_distractors = 0
+  c.data.world_short_names = True
+  c.data.world_prompt = "brief"
+  c.data.world_mark_names = True
   c.rollout.max_turn_tokens = 160
-  c.rollout.max_context_tokens = 2048  # the expert's longest episode is ~1,930 tokens
+  c.rollout.max_context_tokens = 2048  # the expert's longest episode is ~1,400 tokens
   c.rollout.max_tool_calls = 8
   c.rollout.max_batch = 32
 

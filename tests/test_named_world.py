@@ -149,3 +149,29 @@ def test_short_names_brief_prompt_world_is_solved_by_the_expert_with_a_shorter_p
   judge = Judge(JudgeConfig(backend="gold", use_cache=False))
   scores = asyncio.run(judge.score_batch(list(zip(trajs, short.train[:8]))))
   assert all(b.outcome_reward == 1.0 and b.rubric_reward == 1.0 for b in scores)
+
+
+def test_marked_names_are_bold_links_to_other_pages_and_keep_rewards():
+  kwargs = dict(style="named", min_hops=1, max_hops=2, locality=0.8, shortcut_fraction=0.5,
+                distractors=0, short_names=True, prompt="brief")
+  marked = build_world(4, 100, 40, mark_names=True, **kwargs)
+  plain = build_world(4, 100, 40, **kwargs)
+  assert [q.walk for q in marked.questions] == [q.walk for q in plain.questions]
+  for q, p in zip(marked.questions, plain.questions):
+    head = marked.graph.nodes[q.walk[-1]]["name"]
+    assert f"**{head}**" in q.text and q.text.replace("**", "") == p.text
+  for node, page in marked.pages.items():
+    other = plain.pages[node]
+    assert (page.url, page.title) == (other.url, other.title)
+    assert page.content.replace("**", "") == other.content
+    assert f"**{page.title}**" not in page.content  # a page does not link itself
+    assert all(fact in page.content for fact in page.facts.values())  # rubric evidence
+  linked = re.findall(r"\*\*([^*]+)\*\*", " ".join(p.content for p in marked.pages.values()))
+  names = {d["name"] for _, d in marked.graph.nodes(data=True)}
+  assert linked and set(linked) <= names
+  fmt = chat.ChatFormat(qwen3_tokenizer())
+  trajs = asyncio.run(expert_trajectories(marked.train[:8], marked.corpus_backend(), fmt,
+                                          ExpertConfig(1, False, "brief")))
+  judge = Judge(JudgeConfig(backend="gold", use_cache=False))
+  scores = asyncio.run(judge.score_batch(list(zip(trajs, marked.train[:8]))))
+  assert all(b.outcome_reward == 1.0 and b.rubric_reward == 1.0 for b in scores)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 
 import networkx as nx
 
@@ -157,6 +158,28 @@ def render_page(g: nx.MultiDiGraph, node: str, rng: random.Random,
   published = f"{rng.randint(2008, 2024)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
   return EntityPage(node, page_url(d["name"]), d["name"], "\n\n".join(blocks), published,
                     facts)
+
+
+def name_pattern(g: nx.MultiDiGraph) -> re.Pattern:
+  """Matches any entity name as whole words, longest first ("Kel Observatory" before "Kel")."""
+  names = sorted({d["name"] for _, d in g.nodes(data=True)}, key=len, reverse=True)
+  return re.compile(r"(?<![\w*])(" + "|".join(map(re.escape, names)) + r")(?![\w*])")
+
+
+def mark_names(text: str, pattern: re.Pattern, own: str = "") -> str:
+  """Every entity name but `own` in bold, the way wiki text marks links to other pages:
+  "lies in the province of **Bin**".
+
+  A small policy learns to copy a marked name (the token after a fixed marker) within minutes
+  and an unmarked one not in the same budget (docs/results.md), so the CPU demo marks them."""
+  return pattern.sub(lambda m: m[0] if m[0] == own else f"**{m[0]}**", text)
+
+
+def marked_page(page: EntityPage, pattern: re.Pattern) -> EntityPage:
+  """The page with every other entity's name marked in its body and facts."""
+  return dataclasses.replace(
+      page, content=mark_names(page.content, pattern, page.title),
+      facts={k: mark_names(v, pattern, page.title) for k, v in page.facts.items()})
 
 
 def render_pages(g: nx.MultiDiGraph, rng: random.Random,

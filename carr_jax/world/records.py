@@ -19,6 +19,7 @@ import networkx as nx
 
 from carr_jax.world import compose, named
 from carr_jax.world.graph import build_graph
+from carr_jax.world import pages as pages_lib
 from carr_jax.world.pages import EntityPage, render_pages
 from carr_jax.world.questions import Question
 from rollout.tools.schemas import brief_tool_schemas, tool_schemas
@@ -92,7 +93,7 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
                 eval_fraction: float = 0.2, shortcut_fraction: float = 0.25,
                 min_hops: int = 2, max_hops: int = 4, style: str = "deep",
                 locality: float = 0.0, distractors: int = 6, short_names: bool = False,
-                prompt: str = "full") -> World:
+                prompt: str = "full", mark_names: bool = False) -> World:
   """Builds the whole world from a seed; see the module docstring.
 
   style: "deep" (every entity described by vague clues, `compose.py`) or "named" (the head
@@ -100,7 +101,8 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   distractors: distractor sentences per page (0-6; fewer = shorter pages, shorter episodes);
   short_names: see `build_graph`; prompt: "full" (three tool schemas, the whole answer-format
   instruction) or "brief" (search and open, a one-line instruction: ~150 prompt tokens, not
-  ~500).
+  ~500); mark_names: every entity name in the questions and page bodies in bold
+  (`pages.mark_names`).
   """
   if style not in ("deep", "named"):
     raise ValueError(f"world style must be 'deep' or 'named', got {style!r}")
@@ -119,6 +121,11 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   pages = render_pages(graph, rng, distractors)
   generate = named.generate_named_questions if style == "named" else compose.generate_questions
   questions = generate(graph, pages, rng, num_questions, shortcut_fraction, min_hops, max_hops)
+  if mark_names:
+    pattern = pages_lib.name_pattern(graph)
+    pages = {n: pages_lib.marked_page(p, pattern) for n, p in pages.items()}
+    questions = [dataclasses.replace(q, text=pages_lib.mark_names(q.text, pattern))
+                 for q in questions]
   train_q, eval_q = _split_by_answer(questions, rng, eval_fraction)
   records = []
   for i, q in enumerate(train_q + eval_q):
