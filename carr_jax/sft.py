@@ -36,8 +36,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from carr_jax import cli
 from carr_jax import components
@@ -72,44 +70,31 @@ def loss_sums(params, cfg: Qwen3Config, step_cfg: SFTStepConfig, batch: dict):
   return (-jnp.sum(logp * valid), jnp.sum(valid), jnp.sum(entropy * valid), aux)
 
 
+def sft_objective(cfg: Qwen3Config, step_cfg: SFTStepConfig) -> ts.Objective:
+  """Token-mean cross-entropy over the loss tokens of the whole global batch."""
+  def sums(params, mb):
+    nll, tokens, entropy, aux = loss_sums(params, cfg, step_cfg, mb)
+    return nll, {"nll": nll, "tokens": tokens, "entropy": entropy}, aux
+
+  def metrics(stats, total):
+    return {"loss": stats["nll"] / total, "tokens": stats["tokens"],
+            "entropy": stats["entropy"] / total}
+  return ts.Objective(
+      sums=sums, total=lambda b: jnp.maximum(jnp.sum(b["loss_valid"]), 1.0),
+      empty=lambda: {k: jnp.zeros((), jnp.float32) for k in ("nll", "tokens", "entropy")},
+      combine=lambda a, b: jax.tree.map(jnp.add, a, b), metrics=metrics)
+
+
 def sft_step_fn(cfg: Qwen3Config, step_cfg: SFTStepConfig, tx):
-  """The pure step `(state, batch) -> (state, metrics)`; `make_sft_step` jits it."""
-  def step(state: ts.TrainState, batch: dict):
-    total = jnp.maximum(jnp.sum(batch["loss_valid"]), 1.0)  # loss tokens of the GLOBAL batch
-    micro = ts.micro_split(batch, step_cfg.micro_batches)
-
-    def loss_fn(params, mb):
-      nll, tokens, entropy, aux = loss_sums(params, cfg, step_cfg, mb)
-      return nll / total + aux / step_cfg.micro_batches, (nll, tokens, entropy, aux)
-
-    def body(carry, mb):
-      grads, sums = carry
-      (_, parts), g = jax.value_and_grad(loss_fn, has_aux=True)(state.params, mb)
-      return (jax.tree.map(jnp.add, grads, g), tuple(a + b for a, b in zip(sums, parts))), None
-
-    zeros = jax.tree.map(jnp.zeros_like, state.params)
-    sums0 = tuple(jnp.zeros((), jnp.float32) for _ in range(4))
-    (grads, (nll, tokens, entropy, aux)), _ = jax.lax.scan(body, (zeros, sums0), micro)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    metrics = {"loss": nll / total, "tokens": tokens, "entropy": entropy / total,
-               "grad_norm": optax.tree.norm(grads), "update_norm": optax.tree.norm(updates),
-               "router_aux_loss": aux / step_cfg.micro_batches}
-    return ts.TrainState(step=state.step + 1, params=params, opt_state=opt_state,
-                         rng=state.rng), metrics
-  return step
+  """The pure step `(state, batch) -> (state, metrics)`: the RL trainer's step
+  (`train_step.objective_step_fn`) on the SFT objective; `make_sft_step` jits it."""
+  return ts.objective_step_fn(sft_objective(cfg, step_cfg), tx, step_cfg.micro_batches)
 
 
 def make_sft_step(cfg: Qwen3Config, step_cfg: SFTStepConfig, tx, mesh, shardings):
-  """Jitted SFT step with explicit in/out shardings; the state argument is donated."""
-  jitted = jax.jit(sft_step_fn(cfg, step_cfg, tx),
-                   in_shardings=(shardings, ts.batch_shardings(mesh, SFT_BATCH_KEYS)),
-                   out_shardings=(shardings, NamedSharding(mesh, P())), donate_argnums=(0,))
-
-  def run(state, batch):
-    with jax.set_mesh(mesh):
-      return jitted(state, {k: batch[k] for k in SFT_BATCH_KEYS})
-  return run
+  """The jitted SFT step, built as the RL one (`train_step.make_step`: explicit shardings,
+  the state donated, host batches assembled into global arrays on every process)."""
+  return ts.make_step(sft_step_fn(cfg, step_cfg, tx), mesh, shardings, SFT_BATCH_KEYS)
 
 
 def make_batch(examples, pack_cfg: packing.PackingConfig, loss_multiple: int = 128,

@@ -215,45 +215,81 @@ def step_batch_keys(loss_cfg: loss_lib.LossConfig, step_cfg: StepConfig,
           + (LOSS_POSITION_KEYS if step_cfg.loss_positions else ()))
 
 
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """What a train step minimises; `objective_step_fn` is the one step that runs any of them
+  (RL: `rl_objective`; SFT: `carr_jax.sft.sft_objective`).
+
+  sums(params, micro_batch) -> (loss SUM, statistics pytree, router aux loss) of one slice;
+  total(batch) -> the loss sum's divisor over the WHOLE global batch (its loss tokens);
+  empty() -> the statistics of no tokens; combine(a, b) -> the statistics of both;
+  metrics(statistics, total) -> dict of scalars.
+  """
+  sums: Callable
+  total: Callable
+  empty: Callable
+  combine: Callable
+  metrics: Callable
+
+
+def objective_step_fn(objective: Objective, tx, micro_batches: int
+                      ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+  """The pure step `(state, batch) -> (state, metrics)`: gradients of
+  sum / total + aux / micro_batches summed over the micro-batch scan, one optimizer update."""
+  def step(state: TrainState, batch: dict):
+    total = objective.total(batch)
+    micro = micro_split(batch, micro_batches)
+
+    def loss_fn(params, mb):
+      loss_sum, stats, aux = objective.sums(params, mb)
+      return loss_sum / total + aux / micro_batches, (stats, aux)
+
+    def body(carry, mb):
+      grads, stats, aux_total = carry
+      (_, (mb_stats, aux)), g = jax.value_and_grad(loss_fn, has_aux=True)(state.params, mb)
+      grads = jax.tree.map(jnp.add, grads, g)
+      return (grads, objective.combine(stats, mb_stats), aux_total + aux), None
+
+    zeros = jax.tree.map(jnp.zeros_like, state.params)
+    (grads, stats, aux_total), _ = jax.lax.scan(
+        body, (zeros, objective.empty(), jnp.zeros((), jnp.float32)), micro)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = objective.metrics(stats, total)
+    metrics.update(grad_norm=optax.tree.norm(grads), update_norm=optax.tree.norm(updates),
+                   router_aux_loss=aux_total / micro_batches)
+    new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state,
+                           rng=state.rng)
+    return new_state, metrics
+  return step
+
+
 def _empty_sums() -> loss_lib.LossSums:
   fill = {"is_weight_min": jnp.inf, "is_weight_max": -jnp.inf}
   return loss_lib.LossSums(**{f: jnp.asarray(fill.get(f, 0.0), jnp.float32)
                               for f in loss_lib.LossSums._fields})
 
 
+def rl_objective(cfg: Qwen3Config, loss_cfg: loss_lib.LossConfig,
+                 step_cfg: StepConfig) -> Objective:
+  """C-GRPO (Eq. 15): `loss.token_loss_sums` over the generated tokens of the batch."""
+  def sums(params, mb):
+    logp, entropy, aux = _token_logprobs(params, cfg, step_cfg, mb)
+    stats = loss_lib.token_loss_sums(
+        logp, mb["old_logprobs"], mb["advantages"], mb["loss_mask"], entropy,
+        rollout_logprobs=mb["rollout_logprobs"], ref_logprobs=mb.get("ref_logprobs"),
+        cfg=loss_cfg)
+    return stats.loss, stats, aux
+  return Objective(
+      sums=sums, total=lambda b: jnp.maximum(jnp.sum(b["loss_mask"].astype(jnp.float32)), 1.0),
+      empty=_empty_sums, combine=loss_lib.combine,
+      metrics=lambda stats, _: loss_lib.finalize(stats)._asdict())
+
+
 def train_step_fn(cfg: Qwen3Config, loss_cfg: loss_lib.LossConfig, step_cfg: StepConfig,
                   tx) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
-  """The pure step; `make_train_step` jits it with shardings."""
-  def step(state: TrainState, batch: dict):
-    total_tokens = jnp.maximum(jnp.sum(batch["loss_mask"].astype(jnp.float32)), 1.0)
-    micro = micro_split(batch, step_cfg.micro_batches)
-
-    def loss_fn(params, mb):
-      logp, entropy, aux = _token_logprobs(params, cfg, step_cfg, mb)
-      sums = loss_lib.token_loss_sums(
-          logp, mb["old_logprobs"], mb["advantages"], mb["loss_mask"], entropy,
-          rollout_logprobs=mb["rollout_logprobs"], ref_logprobs=mb.get("ref_logprobs"),
-          cfg=loss_cfg)
-      return sums.loss / total_tokens + aux / step_cfg.micro_batches, (sums, aux)
-
-    def body(carry, mb):
-      grads, sums, aux_total = carry
-      (_, (mb_sums, aux)), g = jax.value_and_grad(loss_fn, has_aux=True)(state.params, mb)
-      grads = jax.tree.map(jnp.add, grads, g)
-      return (grads, loss_lib.combine(sums, mb_sums), aux_total + aux), None
-
-    zeros = jax.tree.map(jnp.zeros_like, state.params)
-    (grads, sums, aux_total), _ = jax.lax.scan(
-        body, (zeros, _empty_sums(), jnp.zeros((), jnp.float32)), micro)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    metrics = loss_lib.finalize(sums)._asdict()
-    metrics.update(grad_norm=optax.tree.norm(grads), update_norm=optax.tree.norm(updates),
-                   router_aux_loss=aux_total / step_cfg.micro_batches)
-    new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state,
-                           rng=state.rng)
-    return new_state, metrics
-  return step
+  """The pure RL step; `make_train_step` jits it with shardings."""
+  return objective_step_fn(rl_objective(cfg, loss_cfg, step_cfg), tx, step_cfg.micro_batches)
 
 
 def jit_step(step, mesh: Mesh, shardings: TrainState, keys) -> Callable:
@@ -263,16 +299,22 @@ def jit_step(step, mesh: Mesh, shardings: TrainState, keys) -> Callable:
                  out_shardings=(shardings, NamedSharding(mesh, P())), donate_argnums=(0,))
 
 
-def make_train_step(cfg: Qwen3Config, loss_cfg: loss_lib.LossConfig, step_cfg: StepConfig,
-                    tx, mesh: Mesh, shardings: TrainState, batch_keys=BATCH_KEYS):
-  """Jitted step with explicit in/out shardings; the state argument is donated."""
-  keys = step_batch_keys(loss_cfg, step_cfg, batch_keys)
-  jitted = jit_step(train_step_fn(cfg, loss_cfg, step_cfg, tx), mesh, shardings, keys)
+def make_step(step, mesh: Mesh, shardings: TrainState, keys) -> Callable:
+  """`step` (an `objective_step_fn`) as both trainers run it: `jit_step`, under the mesh, on
+  host batches (the same on every process) or global arrays (`global_batch`)."""
+  jitted = jit_step(step, mesh, shardings, keys)
 
   def run(state, batch):
     with jax.set_mesh(mesh):
       return jitted(state, global_batch(batch, mesh, keys))
   return run
+
+
+def make_train_step(cfg: Qwen3Config, loss_cfg: loss_lib.LossConfig, step_cfg: StepConfig,
+                    tx, mesh: Mesh, shardings: TrainState, batch_keys=BATCH_KEYS):
+  """The jitted RL step (`make_step`); the state argument is donated."""
+  keys = step_batch_keys(loss_cfg, step_cfg, batch_keys)
+  return make_step(train_step_fn(cfg, loss_cfg, step_cfg, tx), mesh, shardings, keys)
 
 
 def logprob_batch_keys(step_cfg: StepConfig) -> tuple[str, ...]:
