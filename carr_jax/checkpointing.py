@@ -38,7 +38,6 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
-from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers as policies
 
 from carr_jax.metrics import redact
@@ -139,9 +138,9 @@ class TrainCheckpointer:
       cluster has announced a preemption (all processes see it at the same step).
     keep: how many of the newest checkpoints to keep.
     async_save: write in a background thread (default) or block in `save`.
-    export_fn: optional `export_fn(step, host_params)` called on process 0 after each save,
-      e.g. to write HF safetensors for the rollout engine; `host_params` are NumPy arrays
-      gathered from all processes (every process takes part in the gather).
+    export_fn: optional `export_fn(step, params)` called on EVERY process after each save
+      with the state's (sharded) params, e.g. `hf_io.save_hf` writing HF safetensors for the
+      rollout engine, in which every process takes part in the gather and process 0 writes.
     export_params: picks the tree to export from the state.
   """
 
@@ -199,10 +198,7 @@ class TrainCheckpointer:
     if saved:
       logging.info("checkpoint: step %d started in %s", step, self.directory)
       if self._export_fn is not None:
-        host_params = multihost_utils.process_allgather(
-            self._export_params(state), tiled=True)
-        if jax.process_index() == 0:
-          self._export_fn(step, host_params)
+        self._export_fn(step, self._export_params(state))
     return saved
 
   def restore(self, abstract_state: Any, step: int | None = None) -> Restored:

@@ -101,9 +101,9 @@ def hf_export_fn(config, cfg, workdir: str):
     return None
   from carr_jax.hf_io import save_hf
 
-  def export(step, host_params):
+  def export(step, params):  # on every process: each takes part in save_hf's gather
     if step % every == 0:
-      save_hf(host_params, cfg, os.path.join(workdir, "hf", f"step_{step}"), overwrite=True)
+      save_hf(params, cfg, os.path.join(workdir, "hf", f"step_{step}"), overwrite=True)
   return export
 
 
