@@ -47,7 +47,7 @@ def resolve_config_path(path: str) -> pathlib.Path:
   given = pathlib.Path(path)
   if given.is_file():
     return given
-  if given.parent.name == "configs" and (shipped_configs() / given.name).is_file():
+  if given.parent == pathlib.Path("configs") and (shipped_configs() / given.name).is_file():
     return shipped_configs() / given.name
   names = sorted(p.name for p in shipped_configs().glob("*.py") if p.stem != "__init__")
   raise UsageError(f"config file not found: {path} (shipped: configs/{{{','.join(names)}}})")
