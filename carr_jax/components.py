@@ -41,8 +41,12 @@ def output_ids(config: Any) -> tuple[int, ...]:
   from carr_jax import data as data_lib
   from carr_jax.output_vocab import world_output_ids
   from rollout.chat import ChatFormat
-  train, evals, corpus = data_lib.load_tasks(config.data)  # the same ids for SFT and RL
-  return world_output_ids(train, evals, corpus, ChatFormat(tokenizer(config)))
+  fmt, ids = ChatFormat(tokenizer(config)), set()
+  data_cfg = config.data.copy_and_resolve_references()
+  for k in range(1 + config.model.output_vocab_worlds):  # the same ids for SFT and RL
+    data_cfg.world_seed = config.data.world_seed + k
+    ids.update(world_output_ids(*data_lib.load_tasks(data_cfg), fmt))
+  return tuple(sorted(ids))
 
 
 def optim_config(config: Any) -> ts.OptimConfig:

@@ -171,6 +171,40 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
   return {**traj.to_record(), "tools": tools}
 
 
+def _generated_spans(mask: Sequence[int]) -> list[tuple[int, int]]:
+  """[start, end) of each run of loss-mask 1s: the assistant turns of a trajectory."""
+  spans, start = [], None
+  for i, m in enumerate(list(mask) + [0]):
+    if m and start is None:
+      start = i
+    elif not m and start is not None:
+      spans.append((start, i))
+      start = None
+  return spans
+
+
+def search_examples(episode: Mapping, fmt: chat.ChatFormat) -> list[dict[str, Any]]:
+  """The copy warm-up examples of an expert episode: one per search turn, in a short context.
+
+  Each is the question's user turn (no system prompt), then for every search but the first
+  the turn before it and its observation (the page the next name is read from), then the
+  search turn itself, the only tokens with loss. Trajectory records (`token_ids`,
+  `loss_mask`, `status`) that `carr_jax.sft` reads as they are. An episode holds only a few
+  such copies and a small policy needs thousands before it copies names reliably
+  (docs/results.md); these 100-300-token examples give them cheaply."""
+  ids, mask = list(episode["token_ids"]), list(episode["loss_mask"])
+  spans = _generated_spans(mask)
+  user = len(fmt.encode(chat.system_text(None, episode.get("tools"))))
+  out = []
+  for k, (start, end) in enumerate(spans):
+    if '"browser.search"' not in fmt.decode(ids[start:end]):
+      continue
+    context = ids[user:spans[0][0]] + (ids[spans[k - 1][0]:start] if k else [])
+    out.append({"prompt_id": f"{episode['prompt_id']}#{k}", "token_ids": context + ids[start:end],
+                "loss_mask": [0] * len(context) + [1] * (end - start), "status": "completed"})
+  return out
+
+
 async def expert_trajectories(records: Sequence[Mapping], backend: Backend,
                               fmt: chat.ChatFormat,
                               cfg: ExpertConfig = ExpertConfig()) -> list[dict[str, Any]]:
@@ -188,7 +222,29 @@ def parser() -> argparse.ArgumentParser:
     help=f"`num` of each search (default: {ExpertConfig.search_results})")
   a("--find", action=argparse.BooleanOptionalAction, default=ExpertConfig.use_find,
     help="confirm each hop with browser.find")
+  a("--search-examples", type=int, default=0, metavar="K",
+    help="instead of episodes, write the copy warm-up examples (`search_examples`) of the "
+    "expert's episodes on every question of the K worlds seeded data.world_seed+1 .. +K "
+    "(never the configured world itself)")
   return p
+
+
+def _write_search_examples(args: argparse.Namespace, fmt: chat.ChatFormat,
+                           cfg: ExpertConfig) -> None:
+  from carr_jax import data as data_lib
+  from rollout.tools.corpus import CorpusBackend
+  from rollout.trajectory import write_jsonl
+  data_cfg = args.config.data
+  rows = []
+  for _ in range(args.search_examples):
+    data_cfg.world_seed += 1
+    train, evals, corpus = data_lib.load_tasks(data_cfg)
+    episodes = asyncio.run(expert_trajectories(train + evals, CorpusBackend.from_records(corpus),
+                                               fmt, cfg))
+    rows += [ex for ep in episodes for ex in search_examples(ep, fmt)]
+  write_jsonl(args.out, rows)
+  print(json.dumps({"examples": len(rows), "worlds": args.search_examples,
+                    "tokens_mean": sum(len(r["token_ids"]) for r in rows) / max(len(rows), 1)}))
 
 
 def _write_episodes(args: argparse.Namespace) -> None:
@@ -198,11 +254,13 @@ def _write_episodes(args: argparse.Namespace) -> None:
   from rollout.tools.corpus import CorpusBackend
   from rollout.trajectory import write_jsonl
   config = args.config
+  fmt = chat.ChatFormat(components.tokenizer(config))
+  cfg = ExpertConfig(search_results=args.search_results, use_find=args.find)
+  if args.search_examples:
+    return _write_search_examples(args, fmt, cfg)
   train, evals, corpus = data_lib.load_tasks(config.data)
   records = train if args.split == "train" else evals
-  fmt = chat.ChatFormat(components.tokenizer(config))
   backend = CorpusBackend.from_records(corpus)
-  cfg = ExpertConfig(search_results=args.search_results, use_find=args.find)
 
   async def run():
     trajs = await expert_trajectories(records, backend, fmt, cfg)

@@ -20,6 +20,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.attention = "auto"  # auto (by platform) | dense | blockwise | splash | cudnn
   c.model.hf_path = ""  # HF directory to initialise from ("" = random init / checkpoint)
   c.model.output_vocab = "full"  # "full" | "world" (softmax over the world's ids only; CPU demo)
+  c.model.output_vocab_worlds = 0  # "world": also the ids of the worlds seeded world_seed+1..+N
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.init_dir = ""  # orbax checkpoint to initialise params from (e.g. after SFT)

@@ -14,7 +14,8 @@ from configs.named_cpu import demo_world
 from configs.sft_demo_cpu import sft_section
 
 
-def get_config():
+def get_config(arg=None):
+  """`arg` "copy": the name-copy warm-up stage (see the module docstring)."""
   c = base.get_config()
   demo_world(c)
   c.sft = sft_section()
@@ -33,4 +34,14 @@ def get_config():
   c.batch.overflow = "error"
   c.batch.logprob_chunk = 512
   c.checkpoint.every = 50
+  if arg == "copy":
+    c.sft.data = "workdir/named/search_examples.jsonl"  # carr_jax.expert --search-examples 12
+    c.sft.batch_size = 32
+    c.model.output_vocab_worlds = 12  # the names of the worlds the examples come from
+    c.sft.num_steps = 400
+    c.batch.row_lengths = (1024,)  # several 100-300-token examples per row
+    c.optim.warmup_steps = 0
+    c.checkpoint.every = 100
+  elif arg:
+    raise ValueError(f"unknown variant {arg!r} of configs/sft_named_cpu.py; known: copy")
   return c

@@ -139,3 +139,34 @@ def test_expert_without_find_and_errors(world, fmt):
   del no_gold["metadata"]["gold"]
   with pytest.raises(ExpertError, match="metadata.gold"):
     asyncio.run(expert_episode(no_gold, world.corpus_backend(), fmt))
+
+
+def test_search_examples_are_each_search_turn_in_a_short_context(tmp_path, fmt):
+  from carr_jax.expert import search_examples
+  named = build_world(5, 100, 12, style="named", min_hops=1, max_hops=2, locality=0.8,
+                      distractors=0, short_names=True, prompt="brief", mark_names=True)
+  record = named.train[0]
+  episode = asyncio.run(expert_episode(record, named.corpus_backend(), fmt,
+                                       ExpertConfig(1, False, "brief")))
+  examples = search_examples(episode, fmt)
+  gold = record["metadata"]["gold"]
+  chain = [gold["entities"][f"E{i}"]["name"] for i in range(gold["hops"], -1, -1)]
+  assert len(examples) == len(chain)  # one search per entity, head first
+  question = chat.user_text(record["input_messages"][-1]["content"]) + chat.GENERATION_PROMPT
+  for k, (example, name) in enumerate(zip(examples, chain)):
+    ids, mask = example["token_ids"], example["loss_mask"]
+    start = mask.index(1)
+    assert set(mask[start:]) == {1} and not any(mask[:start])
+    target = fmt.decode(ids[start:])
+    assert f'"query": "{name}"' in target and target.endswith("<|im_end|>")
+    context = fmt.decode(ids[:start])
+    assert context.startswith(question) and "<tools>" not in context
+    if k:  # the page the name is read from, marked there
+      assert f"**{name}**" in context and context.count("<tool_response>") == 1
+    else:
+      assert context == question
+  path = tmp_path / "search_examples.jsonl"
+  path.write_text("".join(json.dumps(e) + "\n" for e in examples))
+  loaded, skipped = sft_data.load_examples(str(path), fmt)
+  assert skipped == 0 and [e["token_ids"] for e in loaded] == [e["token_ids"] for e in examples]
+  assert [e["loss_mask"] for e in loaded] == [e["loss_mask"] for e in examples]
