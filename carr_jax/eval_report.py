@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from carr_jax.evaluate import RESULTS, TRAJECTORIES, EvalError
+from carr_jax.eval_store import RESULTS, TRAJECTORIES, EvalError
 
 PARTS = ("identified", "supported", "connected")
 

@@ -23,6 +23,7 @@ from PIL import Image
 
 from carr_jax import eval_crypto, eval_report, step_stats
 from carr_jax import evaluate as ev
+from carr_jax.eval_store import RESULTS, TRAJECTORIES
 from carr_jax.world import build_world
 from judge import Judge, JudgeConfig
 from rollout import chat
@@ -136,7 +137,7 @@ def test_summary_on_the_world_eval_split_matches_hand_computed_values(world, fmt
   assert summary["cited_pages_mean"] == 1.0 and summary["judge_error_rate"] == 0.0
   assert judge.metrics()["trajectories"] == K * len(records)
   # Per-question lines: the gold judge's view of each sample.
-  rows = [json.loads(line) for line in open(tmp_path / ev.RESULTS)]
+  rows = [json.loads(line) for line in open(tmp_path / RESULTS)]
   assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in records)
   for row in rows:
     index = next(i for i, r in enumerate(records) if r["id"] == row["id"])
@@ -150,7 +151,7 @@ def test_summary_on_the_world_eval_split_matches_hand_computed_values(world, fmt
       assert (s["rubrics_identified"], s["rubrics_supported"], s["rubrics_connected"]) == (
           expected, expected, expected)
   assert json.loads((tmp_path / ev.SUMMARY).read_text()) == summary
-  assert len(open(tmp_path / ev.TRAJECTORIES).readlines()) == K * len(records)
+  assert len(open(tmp_path / TRAJECTORIES).readlines()) == K * len(records)
 
 
 def test_interrupted_evaluation_resumes_without_rejudging(world, fmt, tmp_path):
@@ -172,9 +173,9 @@ def test_interrupted_evaluation_resumes_without_rejudging(world, fmt, tmp_path):
     with pytest.raises(asyncio.CancelledError):
       await task
   asyncio.run(interrupted())
-  before = (tmp_path / ev.RESULTS).read_bytes()
+  before = (tmp_path / RESULTS).read_bytes()
   assert len(before.splitlines()) == 3
-  with open(tmp_path / ev.RESULTS, "ab") as f:  # and a kill in the middle of a write
+  with open(tmp_path / RESULTS, "ab") as f:  # and a kill in the middle of a write
     f.write(b'{"id": "' + records[5]["id"].encode() + b'", "samp')
 
   fresh = ScriptedEngine(fmt, policy)
@@ -183,11 +184,11 @@ def test_interrupted_evaluation_resumes_without_rejudging(world, fmt, tmp_path):
   assert done == {r["id"] for r in records[:3]}
   assert not done & set(fresh.seen) and set(fresh.seen) == {r["id"] for r in records[3:]}
   assert judge.metrics()["trajectories"] == K * (len(records) - 3)  # graded ones not re-judged
-  after = (tmp_path / ev.RESULTS).read_bytes()
+  after = (tmp_path / RESULTS).read_bytes()
   assert after.startswith(before) and len(after.splitlines()) == len(records)
   assert summary["accuracy"] == pytest.approx(
       sum(correct_rule(q, s) for q in range(len(records)) for s in range(K)) / (K * len(records)))
-  trajs = [json.loads(line) for line in open(tmp_path / ev.TRAJECTORIES)]
+  trajs = [json.loads(line) for line in open(tmp_path / TRAJECTORIES)]
   assert sorted((t["id"], t["sample_index"]) for t in trajs) == sorted(
       (r["id"], s) for r in records for s in range(K))
   # A third run has nothing left to do; other settings in the same directory are refused.

@@ -7,7 +7,7 @@ Run: python -m pytest tests/test_unicode_boundaries.py -q
 import asyncio
 import json
 
-from carr_jax.evaluate import ResultStore
+from carr_jax.eval_store import ResultStore
 from carr_jax.safe_text import clean_json, clean_text, json_depth, json_line
 from judge import Judge, JudgeConfig
 from judge import example_world as ew

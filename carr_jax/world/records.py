@@ -101,8 +101,8 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   distractors: distractor sentences per page (0-6; fewer = shorter pages, shorter episodes);
   short_names: see `build_graph`; prompt: "full" (three tool schemas, the whole answer-format
   instruction) or "brief" (search and open, a one-line instruction: ~150 prompt tokens, not
-  ~500); mark_names: every entity name in the questions and page bodies in bold
-  (`pages.mark_names`).
+  ~500); mark_names: every entity name in a question, and every other entity's name in a
+  page, in bold (`pages.mark_names`).
   """
   if style not in ("deep", "named"):
     raise ValueError(f"world style must be 'deep' or 'named', got {style!r}")
