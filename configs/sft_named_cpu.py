@@ -8,6 +8,12 @@ in 2,048-token rows. Measured on 2 cores shared with other jobs: 3.9-4.8 s per s
 (1.8-3.5 s alone), loss 6.58 -> 0.25 at step 150 and 0.16 at step 300; greedy evaluation on
 32 held-out questions after either: well-formed tool calls in 0.84 of the turns, accuracy 0
 (tests/test_sft.py holds the first number above 0.5).
+
+`:copy` is a warm-up stage on the expert's search turns of 12 other worlds in a short context
+(`python -m carr_jax.expert --config configs/sft_named_cpu.py --search-examples 12
+--search-results 1 --no-find --out FILE`, then `--config.sft.data=FILE`); the episode stage
+starts from it with `--config.checkpoint.init_dir`. Measured: 400 steps do not yet make the
+policy copy names (docs/results.md).
 """
 from configs import base
 from configs.named_cpu import demo_world

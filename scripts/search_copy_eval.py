@@ -1,0 +1,84 @@
+"""Greedy accuracy of a policy's search queries on the named world's held-out questions.
+
+    python scripts/search_copy_eval.py --config configs/sft_named_cpu.py:copy \
+        --checkpoint workdir/named/copy/checkpoints
+
+For every search turn of the scripted expert's episodes on the configured world's eval split,
+in the short context of `carr_jax.expert.search_examples` (the question; for later searches
+also the page the name is read from), it checks whether the policy's greedy next token after
+`"query": "` is the first token of the entity the expert searched. It prints the hit rate of
+the first search (the head's name, copied from the question) and of the later ones (the next
+entity's name, chosen on the page by the question's relation). Results: docs/results.md.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from carr_jax import checkpointing, cli, components, sharding
+from carr_jax import data as data_lib
+from carr_jax import model as model_lib
+from carr_jax.expert import ExpertConfig, expert_trajectories, search_examples
+from rollout import chat
+from rollout.tools.corpus import CorpusBackend
+
+
+def query_positions(fmt: chat.ChatFormat, examples: list[dict]) -> list[int]:
+  """Index of the token that ends `"query": "` in each example's search turn."""
+  key = fmt.encode('{"query": "')[-3:]  # query, '":', ' "'
+  return [next(i for i in range(e["loss_mask"].index(1) + 2, len(e["token_ids"]))
+               if e["token_ids"][i - 2:i + 1] == key) for e in examples]
+
+
+def greedy_hits(params, cfg, examples: list[dict], positions: list[int]) -> np.ndarray:
+  """[N] bool: the greedy token after each position is the example's own next token."""
+  vocab = np.asarray(cfg.output_ids)  # [V'] sorted
+  hits = []
+  for start in range(0, len(examples), 16):
+    chunk, pos = examples[start:start + 16], positions[start:start + 16]
+    length = max(pos) + 1
+    toks = np.zeros((len(chunk), length), np.int32)  # [B, T]
+    for r, (e, p) in enumerate(zip(chunk, pos)):
+      toks[r, :p + 1] = e["token_ids"][:p + 1]
+    hidden = model_lib.Qwen3(cfg).apply(
+        {"params": params}, jnp.asarray(toks), jnp.broadcast_to(jnp.arange(length), toks.shape),
+        jnp.asarray((toks > 0).astype(np.int32)))  # [B, T, D]
+    logits = np.asarray(hidden[np.arange(len(chunk)), np.asarray(pos)]
+                        @ model_lib.unembed_matrix(params, cfg))  # [B, V']
+    hits += [vocab[logits[r].argmax()] == e["token_ids"][p + 1]
+             for r, (e, p) in enumerate(zip(chunk, pos))]
+  return np.asarray(hits)
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+  config = args.config
+  cfg = components.model_config(config)
+  mesh = sharding.mesh_from_config(config.mesh)
+  abstract = model_lib.abstract_params(dataclasses.replace(cfg, output_ids=()))
+  params = checkpointing.restore_params(
+      args.checkpoint,
+      checkpointing.with_shardings(abstract, sharding.param_shardings(abstract, mesh)))
+  fmt = chat.ChatFormat(components.tokenizer(config))
+  _, evals, corpus = data_lib.load_tasks(config.data)
+  episodes = asyncio.run(expert_trajectories(
+      evals, CorpusBackend.from_records(corpus), fmt, ExpertConfig(1, False, "brief")))
+  examples = [e for ep in episodes for e in search_examples(ep, fmt)]
+  hits = greedy_hits(params, cfg, examples, query_positions(fmt, examples))
+  later = np.asarray([not e["prompt_id"].endswith("#0") for e in examples])
+  for name, sel in (("first search", ~later), ("later searches", later)):
+    print(f"{name}: greedy hit {hits[sel].mean():.3f} ({hits[sel].sum()} of {sel.sum()})")
+
+
+def parser() -> argparse.ArgumentParser:
+  p = cli.parser("python scripts/search_copy_eval.py", __doc__.split("\n")[0],
+                 config="Config with the named world and the policy's output vocabulary.")
+  p.add_argument("--checkpoint", required=True, help="checkpoint root or one step directory")
+  return p
+
+
+if __name__ == "__main__":
+  raise SystemExit(cli.run(_evaluate, parser()))
