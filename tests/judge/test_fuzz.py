@@ -48,7 +48,7 @@ def garbage_reply(rng: random.Random, body: dict) -> Reply:
   if choice == 9:
     return Reply("```json\n" + json.dumps({k: "x" * 5_000 for k in keys}) + "\n```")
   if choice == 10:
-    return Reply("delayed", delay=0.8)  # past the client's timeout
+    return Reply("delayed", delay=4.0)  # past the client's timeout
   return VALID  # lets later steps run and some trajectories succeed
 
 
@@ -72,7 +72,7 @@ def test_fuzzed_judge_outputs_over_http():
   items = [(ew.good_trajectory(extra=f"#{i}"), task) for i in range(400)]
   with ScriptedServer(script) as server:
     judge = Judge(JudgeConfig(base_url=server.base_url, model="fuzz", api_key_env="",
-                              retries=1, max_reasks=1, timeout=0.5, backoff_base=0.001,
+                              retries=1, max_reasks=1, timeout=2.0, backoff_base=0.001,
                               backoff_max=0.002, concurrency=64))
     results = asyncio.run(judge.score_batch(items))
   print(f"served {len(served)} replies, {sum(served)} malformed")
