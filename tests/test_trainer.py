@@ -4,8 +4,9 @@
 step 1 is on disk and then started again with the same command: it must resume at step 1
 (not redo it), finish step 2, and leave TensorBoard scalars for steps 1 and 2, judge
 breakdowns for every trajectory, and a final checkpoint. Its step-2 episodes must be exactly
-those of the same run left uninterrupted (engine seeds follow the episode, not the timing). A `tensorboard` process started on
-the workdir must serve the scalar, text and image tags over HTTP.
+those of the same run left uninterrupted (engine seeds follow the episode, not the timing).
+A `tensorboard` process started on the workdir must serve the scalar, text and image tags over
+HTTP.
 """
 import json
 import os
