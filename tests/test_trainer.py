@@ -70,7 +70,7 @@ def test_train_kill_resume_and_tensorboard(tmp_path):
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert "init source: workdir_checkpoint" in resumed.stderr + resumed.stdout
   summaries = [l for l in resumed.stdout.splitlines() if l.startswith("step ")]
-  assert [l.split()[1] for l in summaries] == ["2"]  # step 1 was not redone
+  assert [l.split()[1] for l in summaries] == ["2/2"]  # step 1 was not redone
 
   acc = scalars(workdir)
   steps = sorted({e.step for e in acc.Scalars("train/loss")})
