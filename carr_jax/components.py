@@ -52,7 +52,8 @@ def output_ids(config: Any) -> tuple[int, ...]:
 def optim_config(config: Any) -> ts.OptimConfig:
   o = config.optim
   return ts.OptimConfig(learning_rate=o.learning_rate, warmup_steps=o.warmup_steps, b1=o.b1,
-                        b2=o.b2, weight_decay=o.weight_decay, grad_clip_norm=o.grad_clip_norm)
+                        b2=o.b2, eps=o.eps, weight_decay=o.weight_decay,
+                        grad_clip_norm=o.grad_clip_norm)
 
 
 def loss_config(config: Any) -> loss_lib.LossConfig:

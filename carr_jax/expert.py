@@ -19,6 +19,12 @@ score outcome 1 and rubric reward 1 with the gold judge (tests/test_expert.py). 
 work out the head entity from the question's clues: it looks it up by its gold name, so it
 demonstrates the format and the search / open / find / cite procedure, not the reasoning.
 
+`answer="guess"` is a format-only cold start for questions that list their answer options
+(`metadata.gold.options`, the "kinds" world): no reasoning, no tool call, one reply whose exact
+answer is an option drawn at random: as many samples of a record as it has options give each
+option once, so the policy learns the reply format and nothing about which option is right;
+RL has to learn that.
+
 Episodes are trajectory records (docs/design.md section 2) built token by token the way the
 agent loop builds them (prompt ids, each turn's canonical completion with loss mask 1,
 observation ids with loss mask 0), so `carr_jax.sft` trains on them as on a dumped rollout.
@@ -30,6 +36,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import random
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -59,7 +66,7 @@ class ExpertError(RuntimeError):
 class ExpertConfig:
   search_results: int = 3  # `num` of every search: the name query ranks the page first
   use_find: bool = True  # confirm each hop's link with browser.find before moving on
-  answer: str = "evidence"  # "evidence" (each rubric's sentence, cited) | "brief" (see below)
+  answer: str = "evidence"  # "evidence" (rubric sentences, cited) | "brief" | "guess" (below)
 
 
 @dataclasses.dataclass
@@ -149,6 +156,16 @@ def final_answer(gold: Mapping, opened_urls: Sequence[str], style: str = "eviden
           + f"\n\n## Exact Answer\n{answer}\n\n## References\n{references}")
 
 
+def guess_answer(gold: Mapping, record_id: str, sample_index: int) -> str:
+  """A reply whose exact answer is option (r + sample_index) mod K of `gold["options"]`, r
+  drawn uniformly once per record: K samples of a record give every option once."""
+  options = gold.get("options")
+  if not isinstance(options, list) or not options:
+    raise ExpertError("the guess answer needs metadata.gold.options (the 'kinds' world)")
+  first = random.Random(record_id).randrange(len(options))
+  return f"## Exact Answer\n{options[(first + sample_index) % len(options)]}"
+
+
 async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat,
                          cfg: ExpertConfig = ExpertConfig(),
                          sample_index: int = 0) -> dict[str, Any]:
@@ -157,16 +174,18 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
   gold = _gold(record)
   chain = [gold["entities"][f"E{i}"] for i in range(gold["hops"], -1, -1)]  # head first
   messages = initial_messages(record, RolloutConfig())
-  tools = record.get("tools") or tool_schemas()
+  tools = tool_schemas() if record.get("tools") is None else record["tools"]
   env = (record.get("metadata") or {}).get("remote_env_info") or {}
   session = BrowserSession(backend, forbidden_strs=env.get("search_forbidden_strs") or ())
   traj = Trajectory.start(str(record["id"]), sample_index, fmt.prompt_ids(messages, tools),
                           messages, EXPERT_VERSION)
   ep = _Episode(traj, session, fmt)
-  for i, entity in enumerate(chain):
-    await _visit(ep, entity, chain[i + 1] if i + 1 < len(chain) else None, cfg)
-  opened = [e["url"] for e in chain]
-  ep.answer(ANSWER_THOUGHT, final_answer(gold, opened, cfg.answer))
+  if cfg.answer == "guess":  # no reasoning, no tools: the format only
+    ep.answer("", guess_answer(gold, str(record["id"]), sample_index))
+  else:
+    for i, entity in enumerate(chain):
+      await _visit(ep, entity, chain[i + 1] if i + 1 < len(chain) else None, cfg)
+    ep.answer(ANSWER_THOUGHT, final_answer(gold, [e["url"] for e in chain], cfg.answer))
   traj.total_s = time.perf_counter() - start
   return {**traj.to_record(), "tools": tools}
 
@@ -206,9 +225,11 @@ def search_examples(episode: Mapping, fmt: chat.ChatFormat) -> list[dict[str, An
 
 
 async def expert_trajectories(records: Sequence[Mapping], backend: Backend,
-                              fmt: chat.ChatFormat,
-                              cfg: ExpertConfig = ExpertConfig()) -> list[dict[str, Any]]:
-  return list(await asyncio.gather(*(expert_episode(r, backend, fmt, cfg) for r in records)))
+                              fmt: chat.ChatFormat, cfg: ExpertConfig = ExpertConfig(),
+                              samples: int = 1) -> list[dict[str, Any]]:
+  """`samples` episodes per record (sample indices 0..samples-1), record by record."""
+  return list(await asyncio.gather(*(expert_episode(r, backend, fmt, cfg, k)
+                                     for r in records for k in range(samples))))
 
 
 def parser() -> argparse.ArgumentParser:

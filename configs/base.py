@@ -45,14 +45,14 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.world_entities = 60  # synthetic world size (entities)
   c.data.world_questions = 40  # synthetic questions (train + eval)
   c.data.world_eval_fraction = 0.25  # share of synthetic questions held out for eval
-  c.data.world_style = "deep"  # "deep" (vague clues only) | "named" (head named; world/named.py)
+  c.data.world_style = "deep"  # "deep" (vague clues) | "named" (head named) | "kinds" (named.py)
   c.data.world_min_hops = 2  # synthetic question lengths in hops ("named": from 1)
   c.data.world_max_hops = 4
   c.data.world_shortcut_fraction = 0.25  # share of (multi-hop) questions admitting a shortcut
   c.data.world_locality = 0.0  # chance a person studies/works in their birth city (graph.py)
   c.data.world_distractors = 6  # distractor sentences per synthetic page (0-6)
   c.data.world_short_names = False  # one-token names, one-word people (world/graph.py)
-  c.data.world_prompt = "full"  # "full" | "brief" (2 terse tool schemas, one-line format rule)
+  c.data.world_prompt = "full"  # "full" | "brief" (2 terse tool schemas, one-line rule) | "answer"
   c.data.world_mark_names = False  # other entities' names in **bold**, like links (world/pages.py)
   c.data.prompts_per_step = 16  # questions per step (paper: 16)
   c.data.group_size = 8  # rollouts per question, G (paper: 8)
@@ -116,6 +116,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.optim.warmup_steps = 0  # linear warmup (paper: none)
   c.optim.b1 = 0.9
   c.optim.b2 = 0.98  # (paper: 0.98)
+  c.optim.eps = 1e-8  # Adam's epsilon; larger damps updates of parameters with tiny gradients
   c.optim.weight_decay = 0.1  # (paper: 0.1)
   c.optim.grad_clip_norm = 1.0  # global-norm clip (0 = off)
 

@@ -41,7 +41,8 @@ def sft_section() -> ml_collections.ConfigDict:
   s.expert_search_results = 3  # expert: `num` of each search
   s.expert_find = True  # expert: confirm each hop with browser.find
   s.expert_max_hops = 4  # expert: only questions of at most this many hops (shorter episodes)
-  s.expert_answer = "evidence"  # expert: "evidence" (each rubric's sentence) | "brief" (names)
+  s.expert_answer = "evidence"  # expert: "evidence" (rubric sentences) | "brief" | "guess"
+  s.expert_samples = 1  # expert: episodes per question ("guess": each its own option)
   return s
 
 

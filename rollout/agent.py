@@ -299,7 +299,7 @@ async def run_episode(engine: Engine, fmt: ChatFormat, backend: Backend, record:
   """One trajectory record for `record` (a checked CaRR record); see the module docstring."""
   start = time.perf_counter()
   messages = initial_messages(record, cfg)
-  tools = record.get("tools") or tool_schemas()
+  tools = tool_schemas() if record.get("tools") is None else record["tools"]  # [] = no tools
   env = (record.get("metadata") or {}).get("remote_env_info") or {}
   session = BrowserSession(backend, forbidden_strs=env.get("search_forbidden_strs") or ())
   traj = Trajectory.start(str(record["id"]), sample_index, fmt.prompt_ids(messages, tools),

@@ -12,6 +12,14 @@ page, read the next entity's name off the page, search and open that one, and an
 pages it read. The rubrics are those of `compose.rubrics` (one per relation and noun, each with
 its evidence sentence), so the CaRR judge scores these questions like any other.
 
+Kind questions (`style="kinds"`, `generate_kind_questions`) are the easiest world there is,
+for tests that a trainer learns at all: "X, a painter, studied at something. Is that a city or
+an organization? Answer with one word." The answer is the object's entity type, which the
+relation alone decides (born in, based in -> city; studied at, worked for, presented by ->
+organization), so a policy can answer from the question without any tool; the two answers are
+drawn in equal numbers, so always giving one scores 1/2 and anything better is learned from
+the question's words.
+
 Shortcut: a question admits one when its answer is also a neighbour of an entity before the
 last hop (with `build_graph(locality>0)`, people tend to study where they were born), so the
 answer can be read off an earlier page without visiting the last entity. Such a guess is right
@@ -111,4 +119,34 @@ def generate_named_questions(g: nx.MultiDiGraph, pages: dict[str, EntityPage],
   if len(questions) < num_questions:
     raise ValueError(f"made only {len(questions)} of {num_questions} named questions from "
                      f"{g.number_of_nodes()} entities; raise num_entities")
+  return questions
+
+
+KINDS = (on.CITY, on.ORGANIZATION)  # the answers, in order
+
+
+def kind_text(g: nx.MultiDiGraph, subject: str, rel: str) -> str:
+  options = " or ".join(f"{on.article(k)} {k}" for k in KINDS)
+  verb = on.RELATIONS[rel].forward.format(x="something")
+  return f"{_named(g, subject)} {verb}. Is that {options}? Answer with one word."
+
+
+def generate_kind_questions(g: nx.MultiDiGraph, pages: dict[str, EntityPage],
+                            rng: random.Random, num_questions: int, *_) -> list[Question]:
+  """`num_questions` distinct kind questions, the answer kinds in turn (equal numbers); the walk
+  is (object, subject) as for a 1-hop named question. ValueError when the graph is too small."""
+  by_kind: dict[str, list[tuple[str, str, str]]] = {k: [] for k in KINDS}
+  for subject, obj, rel in sorted(g.edges(keys=True)):
+    by_kind.get(g.nodes[obj]["type"], []).append((subject, obj, rel))
+  for edges in by_kind.values():
+    rng.shuffle(edges)
+  questions = []
+  for i in range(num_questions):
+    edges = by_kind[KINDS[i % len(KINDS)]]
+    if not edges:
+      raise ValueError(f"made only {i} of {num_questions} kind questions from "
+                       f"{g.number_of_nodes()} entities; raise num_entities")
+    subject, obj, rel = edges.pop()
+    questions.append(Question((obj, subject), (Hop(rel, False),), ((), ()),
+                              kind_text(g, subject, rel), False, 0))
   return questions

@@ -36,12 +36,17 @@ RESPONSE_FORMAT_SUFFIX = (
     "Only the answer itself, as short as possible.\n"
     "## References\n"
     "Every cited source once, one per line, as n. url")
-# The same contract in ~40 tokens instead of ~120 (`prompt="brief"`, small CPU policies).
-BRIEF_FORMAT_SUFFIX = (
-    "\n\nUse the tools. Reply with ## Explanation with Citations (each fact cited as "
-    "[[n](url)]), ## Exact Answer, ## References (n. url per line).")
-_PROMPTS = {"full": (RESPONSE_FORMAT_SUFFIX, tool_schemas),
-            "brief": (BRIEF_FORMAT_SUFFIX, brief_tool_schemas)}
+# The same contract in ~40 tokens instead of ~120 (`prompt="brief"`, small CPU policies),
+# stated BEFORE the question: a small policy learns to copy the question's names into its
+# first search far sooner when nothing stands between them and its reply (docs/results.md).
+BRIEF_FORMAT_RULE = (
+    "Use the tools. Reply with ## Explanation with Citations (each fact cited as "
+    "[[n](url)]), ## Exact Answer, ## References (n. url per line).\n\n")
+# No tools and only the answer section (`prompt="answer"`, kind questions: nothing to look up).
+ANSWER_FORMAT_RULE = "Reply with ## Exact Answer and the answer on the next line.\n\n"
+_PROMPTS = {"full": (lambda q: q + RESPONSE_FORMAT_SUFFIX, tool_schemas),
+            "brief": (lambda q: BRIEF_FORMAT_RULE + q, brief_tool_schemas),
+            "answer": (lambda q: ANSWER_FORMAT_RULE + q, list)}
 
 
 @dataclasses.dataclass
@@ -64,13 +69,17 @@ class World:
 def carr_record(qid: str, question: str, label: str, rubrics: list[str],
                 gold: dict | None = None, prompt: str = "full") -> dict:
   """A CaRR-format record (the release's JSONL record); `gold` only for the synthetic world."""
-  suffix, schemas = _PROMPTS[prompt]
+  user, schemas = _PROMPTS[prompt]
   metadata = {"remote_env_info": {"search_forbidden_strs": [question], "rubrics": rubrics}}
   if gold is not None:
     metadata["gold"] = gold
   return {"id": qid, "source": SOURCE,
-          "input_messages": [{"role": "user", "content": question + suffix}],
+          "input_messages": [{"role": "user", "content": user(question)}],
           "label": label, "tools": schemas(), "metadata": metadata}
+
+
+_GENERATORS = {"deep": compose.generate_questions, "named": named.generate_named_questions,
+               "kinds": named.generate_kind_questions}
 
 
 def _split_by_answer(questions: list[Question], rng: random.Random,
@@ -96,19 +105,21 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
                 prompt: str = "full", mark_names: bool = False) -> World:
   """Builds the whole world from a seed; see the module docstring.
 
-  style: "deep" (every entity described by vague clues, `compose.py`) or "named" (the head
-  entity named, 1+ hops of single-valued relations, `named.py`); locality: see `build_graph`;
+  style: "deep" (every entity described by vague clues, `compose.py`), "named" (the head
+  entity named, 1+ hops of single-valued relations, `named.py`) or "kinds" (the entity type a
+  named entity's relation points to, answerable without tools; hops and shortcut_fraction
+  unused; the held-out split is the last questions, half of each answer, `named.py`); locality: see `build_graph`;
   distractors: distractor sentences per page (0-6; fewer = shorter pages, shorter episodes);
   short_names: see `build_graph`; prompt: "full" (three tool schemas, the whole answer-format
-  instruction) or "brief" (search and open, a one-line instruction: ~150 prompt tokens, not
-  ~500); mark_names: every entity name in a question, and every other entity's name in a
+  instruction), "brief" (search and open, a one-line instruction: ~150 prompt tokens, not
+  ~500) or "answer" (no tools, only `## Exact Answer`: for kind questions); mark_names: every entity name in a question, and every other entity's name in a
   page, in bold (`pages.mark_names`).
   """
-  if style not in ("deep", "named"):
-    raise ValueError(f"world style must be 'deep' or 'named', got {style!r}")
+  if style not in _GENERATORS:
+    raise ValueError(f"world style must be one of {sorted(_GENERATORS)}, got {style!r}")
   if prompt not in _PROMPTS:
     raise ValueError(f"world prompt must be one of {sorted(_PROMPTS)}, got {prompt!r}")
-  low = 1 if style == "named" else 2
+  low = 2 if style == "deep" else 1
   if not low <= min_hops <= max_hops <= 4:
     raise ValueError(f"need {low} <= min_hops <= max_hops <= 4 for {style} questions, got "
                      f"{min_hops}, {max_hops}")
@@ -119,18 +130,26 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   rng = random.Random(seed)
   graph = build_graph(rng, num_entities, locality, short_names)
   pages = render_pages(graph, rng, distractors)
-  generate = named.generate_named_questions if style == "named" else compose.generate_questions
-  questions = generate(graph, pages, rng, num_questions, shortcut_fraction, min_hops, max_hops)
+  questions = _GENERATORS[style](graph, pages, rng, num_questions, shortcut_fraction, min_hops,
+                                 max_hops)
   if mark_names:
     pattern = pages_lib.name_pattern(graph)
     pages = {n: pages_lib.marked_page(p, pattern) for n, p in pages.items()}
     questions = [dataclasses.replace(q, text=pages_lib.mark_names(q.text, pattern))
                  for q in questions]
-  train_q, eval_q = _split_by_answer(questions, rng, eval_fraction)
+  if style == "kinds":  # the last questions, whose answers alternate like all the others
+    cut = len(questions) - round(eval_fraction * len(questions))
+    train_q, eval_q = questions[:cut], questions[cut:]
+  else:
+    train_q, eval_q = _split_by_answer(questions, rng, eval_fraction)
   records = []
   for i, q in enumerate(train_q + eval_q):
     gold = compose.gold_annotations(graph, pages, q)
-    records.append(carr_record(f"synth-{seed}-{i:05d}", q.text, gold["entities"]["E0"]["name"],
+    label = gold["entities"]["E0"]["name"]
+    if style == "kinds":  # the answer is E0's entity type; naming E0 itself is also right
+      label = graph.nodes[q.walk[0]]["type"]
+      gold["options"] = list(named.KINDS)
+    records.append(carr_record(f"synth-{seed}-{i:05d}", q.text, label,
                                [r["text"] for r in gold["rubrics"]], gold, prompt))
   return World(seed, graph, pages, train_q + eval_q, records[:len(train_q)],
                records[len(train_q):])
