@@ -1,4 +1,4 @@
-"""The smallest world a CPU policy learns in minutes: does the whole RL loop learn at all?
+"""The smallest world, for checking on a CPU in minutes whether the RL loop learns at all.
 
     python -m carr_jax.sft --config configs/kinds_cpu.py:sft --workdir workdir/kinds/sft
     python -m carr_jax.train --config configs/kinds_cpu.py --workdir workdir/kinds/rl \
@@ -6,9 +6,9 @@
 
 Kind questions (`data.world_style="kinds"`, carr_jax/world/named.py): "X, a painter, studied
 at something. Is that a city or an organization? Answer with one word." The relation decides
-the answer and the two answers are drawn in equal numbers. The SFT stage (`:sft`) imitates the guessing expert (`sft.expert_answer=
-"guess"`): a reply in the answer format whose option is drawn at random, so it teaches the
-format and not which option is right. Held-out accuracy therefore starts near 1/2, and only
+the answer and the two answers are drawn in equal numbers. The SFT stage (`:sft`) imitates the
+guessing expert (`sft.expert_answer="guess"`): a reply in the answer format whose option is
+drawn at random, so it teaches the format and not which option is right. Held-out accuracy therefore starts near 1/2, and only
 RL (rewards from the gold judge, C-GRPO advantages, the jitted step, the weight sync to the
 in-process sampler) can raise it; nothing here needs a tool, so this checks the learning loop,
 not search. Measured (docs/results.md): SFT ~30 s, an RL step of 16 x 8 episodes ~3 s on 2
@@ -33,7 +33,6 @@ def kinds_world(c) -> None:
   c.data.world_prompt = "answer"  # no tool schemas: nothing to look up
   c.rollout.max_turn_tokens = 16
   c.rollout.max_context_tokens = 96  # a prompt is ~60 tokens, a reply ~10
-  c.rollout.max_tool_calls = 2
   c.batch.row_lengths = (96,)  # one episode per row
   c.batch.logprob_chunk = 128
   c.batch.loss_positions_multiple = 32

@@ -108,12 +108,13 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   style: "deep" (every entity described by vague clues, `compose.py`), "named" (the head
   entity named, 1+ hops of single-valued relations, `named.py`) or "kinds" (the entity type a
   named entity's relation points to, answerable without tools; hops and shortcut_fraction
-  unused; the held-out split is the last questions, half of each answer, `named.py`); locality: see `build_graph`;
-  distractors: distractor sentences per page (0-6; fewer = shorter pages, shorter episodes);
-  short_names: see `build_graph`; prompt: "full" (three tool schemas, the whole answer-format
-  instruction), "brief" (search and open, a one-line instruction: ~150 prompt tokens, not
-  ~500) or "answer" (no tools, only `## Exact Answer`: for kind questions); mark_names: every entity name in a question, and every other entity's name in a
-  page, in bold (`pages.mark_names`).
+  unused; the held-out split is the last questions, half of each answer, `named.py`);
+  locality: see `build_graph`; distractors: distractor sentences per page (0-6; fewer =
+  shorter pages, shorter episodes); short_names: see `build_graph`; prompt: "full" (three
+  tool schemas, the whole answer-format instruction), "brief" (search and open, a one-line
+  instruction before the question: ~150 prompt tokens, not ~500) or "answer" (no tools, only
+  `## Exact Answer`: for kind questions); mark_names: every entity name in a question, and
+  every other entity's name in a page, in bold (`pages.mark_names`).
   """
   if style not in _GENERATORS:
     raise ValueError(f"world style must be one of {sorted(_GENERATORS)}, got {style!r}")
