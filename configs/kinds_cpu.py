@@ -4,17 +4,18 @@
     python -m carr_jax.train --config configs/kinds_cpu.py --workdir workdir/kinds/rl \
         --config.checkpoint.init_dir=workdir/kinds/sft/checkpoints
 
-Kind questions (`data.world_style="kinds"`, carr_jax/world/named.py): "X, a painter, studied
-at something. Is that a city or an organization? Answer with one word." The relation decides
-the answer and the two answers are drawn in equal numbers. The SFT stage (`:sft`) imitates the
+Kind questions (`data.world_style="kinds"`, carr_jax/world/named.py): "X, a painter, studied at
+something. Is that a city or an organization? Answer with one word." The relation decides the
+answer and the two answers are drawn in equal numbers. The SFT stage (`:sft`) imitates the
 guessing expert (`sft.expert_answer="guess"`): a reply in the answer format whose option is
 drawn at random, so it teaches the format and not which option is right. Held-out accuracy
 therefore starts near 1/2, and only RL (rewards from the gold judge, C-GRPO advantages, the
 jitted step, the weight sync to the in-process sampler) can raise it; nothing here needs a
-tool, so this checks the learning loop, not search. Measured (docs/results.md): SFT ~30 s, an RL step of 16 x 8 episodes ~3 s on 2
-cores; 20 supervised steps on the right answers take held-out greedy accuracy from 0.5 to 1.0,
-but 40 of these RL steps do not yet (greedy 0.5; avg@4 0.36 -> 0.52 from better-formed
-replies), so the RL settings below are the ones measured, not a recipe that learns.
+tool, so this checks the learning loop, not search. Measured (docs/results.md): SFT ~30 s, an
+RL step of 16 x 8 episodes ~3 s on 2 cores; 20 supervised steps on the right answers take held-
+out greedy accuracy from 0.5 to 1.0, but 40 of these RL steps do not yet (greedy 0.5; avg@4
+0.36 -> 0.52 from better-formed replies), so the RL settings below are the ones measured, not a
+recipe that learns.
 """
 from configs import base
 
