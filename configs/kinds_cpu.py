@@ -12,10 +12,10 @@ drawn at random, so it teaches the format and not which option is right. Held-ou
 therefore starts near 1/2, and only RL (rewards from the gold judge, C-GRPO advantages, the
 jitted step, the weight sync to the in-process sampler) can raise it; nothing here needs a
 tool, so this checks the learning loop, not search. Measured (docs/results.md): SFT ~30 s, an
-RL step of 16 x 8 episodes ~3 s on 2 cores; 20 supervised steps on the right answers take held-
-out greedy accuracy from 0.5 to 1.0, but 40 of these RL steps do not yet (greedy 0.5; avg@4
-0.36 -> 0.52 from better-formed replies), so the RL settings below are the ones measured, not a
-recipe that learns.
+RL step of 16 x 8 episodes ~3 s on 2 cores; 20 supervised steps on the right answers take
+held-out greedy accuracy from 0.5 to 1.0, but 40 of these RL steps do not yet (greedy 0.5;
+avg@4 0.36 -> 0.52 from better-formed replies), so the RL settings below are the ones measured,
+not a recipe that learns.
 """
 from configs import base
 
