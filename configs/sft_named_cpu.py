@@ -13,7 +13,8 @@ in 2,048-token rows. Measured on 2 cores shared with other jobs: 3.9-4.8 s per s
 (`python -m carr_jax.expert --config configs/sft_named_cpu.py --search-examples 12
 --search-results 1 --no-find --out FILE`, then `--config.sft.data=FILE`); the episode stage
 starts from it with `--config.checkpoint.init_dir`. Measured: 400 steps do not yet make the
-policy copy names (docs/results.md).
+policy copy names (docs/results.md) with the format rule after the question; the brief prompt
+now states it first, which the copy probe learns far sooner with (not yet re-run here).
 """
 from configs import base
 from configs.named_cpu import demo_world
