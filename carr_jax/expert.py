@@ -44,8 +44,9 @@ from typing import Any
 
 from carr_jax import cli
 from rollout import chat
-from rollout.agent import RolloutConfig, assistant_message, initial_messages, tool_message
-from rollout.tools import Backend, BrowserSession, tool_schemas
+from rollout.agent import (RolloutConfig, assistant_message, initial_messages, record_tools,
+                           tool_message)
+from rollout.tools import Backend, BrowserSession
 from rollout.trajectory import Trajectory
 
 EXPERT_VERSION = "expert"
@@ -174,7 +175,7 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
   gold = _gold(record)
   chain = [gold["entities"][f"E{i}"] for i in range(gold["hops"], -1, -1)]  # head first
   messages = initial_messages(record, RolloutConfig())
-  tools = tool_schemas() if record.get("tools") is None else record["tools"]
+  tools = record_tools(record)
   env = (record.get("metadata") or {}).get("remote_env_info") or {}
   session = BrowserSession(backend, forbidden_strs=env.get("search_forbidden_strs") or ())
   traj = Trajectory.start(str(record["id"]), sample_index, fmt.prompt_ids(messages, tools),

@@ -127,6 +127,11 @@ def check_carr_record(record: Any, where: str = "record") -> None:
     raise ValueError(f"{where}: 'tools' must be a list of schemas with a string 'name'")
 
 
+def record_tools(record: Mapping) -> list:
+  """The tool schemas a record offers: its own `tools` ([] = none), else the browser's."""
+  return tool_schemas() if record.get("tools") is None else record["tools"]
+
+
 def initial_messages(record: Mapping, cfg: RolloutConfig) -> list[dict]:
   messages = [dict(m) for m in record["input_messages"]]
   if cfg.system_prompt is not None and messages[0]["role"] != "system":
@@ -299,7 +304,7 @@ async def run_episode(engine: Engine, fmt: ChatFormat, backend: Backend, record:
   """One trajectory record for `record` (a checked CaRR record); see the module docstring."""
   start = time.perf_counter()
   messages = initial_messages(record, cfg)
-  tools = tool_schemas() if record.get("tools") is None else record["tools"]  # [] = no tools
+  tools = record_tools(record)
   env = (record.get("metadata") or {}).get("remote_env_info") or {}
   session = BrowserSession(backend, forbidden_strs=env.get("search_forbidden_strs") or ())
   traj = Trajectory.start(str(record["id"]), sample_index, fmt.prompt_ids(messages, tools),

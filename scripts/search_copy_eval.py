@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 
 import jax.numpy as jnp
 import numpy as np
 
-from carr_jax import checkpointing, cli, components, sharding
+from carr_jax import cli, components
 from carr_jax import data as data_lib
 from carr_jax import model as model_lib
+from carr_jax.evaluate import policy_params
 from carr_jax.expert import ExpertConfig, expert_trajectories, search_examples
 from rollout import chat
 from rollout.tools.corpus import CorpusBackend
@@ -57,11 +57,7 @@ def greedy_hits(params, cfg, examples: list[dict], positions: list[int]) -> np.n
 def _evaluate(args: argparse.Namespace) -> None:
   config = args.config
   cfg = components.model_config(config)
-  mesh = sharding.mesh_from_config(config.mesh)
-  abstract = model_lib.abstract_params(dataclasses.replace(cfg, output_ids=()))
-  params = checkpointing.restore_params(
-      args.checkpoint,
-      checkpointing.with_shardings(abstract, sharding.param_shardings(abstract, mesh)))
+  params, _ = policy_params(config, cfg, args.checkpoint)
   fmt = chat.ChatFormat(components.tokenizer(config))
   _, evals, corpus = data_lib.load_tasks(config.data)
   episodes = asyncio.run(expert_trajectories(

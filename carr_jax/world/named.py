@@ -137,7 +137,8 @@ def generate_kind_questions(g: nx.MultiDiGraph, pages: dict[str, EntityPage],
   is (object, subject) as for a 1-hop named question. ValueError when the graph is too small."""
   by_kind: dict[str, list[tuple[str, str, str]]] = {k: [] for k in KINDS}
   for subject, obj, rel in sorted(g.edges(keys=True)):
-    by_kind.get(g.nodes[obj]["type"], []).append((subject, obj, rel))
+    if g.nodes[obj]["type"] in by_kind:
+      by_kind[g.nodes[obj]["type"]].append((subject, obj, rel))
   for edges in by_kind.values():
     rng.shuffle(edges)
   questions = []
