@@ -23,7 +23,9 @@ demonstrates the format and the search / open / find / cite procedure, not the r
 (`metadata.gold.options`, the "kinds" world): no reasoning, no tool call, one reply whose exact
 answer is an option drawn at random: as many samples of a record as it has options give each
 option once, so the policy learns the reply format and nothing about which option is right;
-RL has to learn that.
+RL has to learn that. With `known_fraction` f the expert knows the right option of a seeded
+fraction f of the records and gives it in every sample: a noisy expert, right on
+f + (1 - f) / K of its replies, whom RL can surpass (configs/kinds_cpu.py).
 
 Episodes are trajectory records (docs/design.md section 2) built token by token the way the
 agent loop builds them (prompt ids, each turn's canonical completion with loss mask 1,
@@ -68,6 +70,7 @@ class ExpertConfig:
   search_results: int = 3  # `num` of every search: the name query ranks the page first
   use_find: bool = True  # confirm each hop's link with browser.find before moving on
   answer: str = "evidence"  # "evidence" (rubric sentences, cited) | "brief" | "guess" (below)
+  known_fraction: float = 0.0  # "guess": records whose right option the expert gives
 
 
 @dataclasses.dataclass
@@ -157,13 +160,21 @@ def final_answer(gold: Mapping, opened_urls: Sequence[str], style: str = "eviden
           + f"\n\n## Exact Answer\n{answer}\n\n## References\n{references}")
 
 
-def guess_answer(gold: Mapping, record_id: str, sample_index: int) -> str:
+def guess_answer(gold: Mapping, record_id: str, sample_index: int, label: str = "",
+                 known_fraction: float = 0.0) -> str:
   """A reply whose exact answer is option (r + sample_index) mod K of `gold["options"]`, r
-  drawn uniformly once per record: K samples of a record give every option once."""
+  drawn uniformly once per record: K samples of a record give every option once. A record
+  is known with probability `known_fraction` (drawn from its id too); then every sample
+  answers `label`, which must be one of the options."""
   options = gold.get("options")
   if not isinstance(options, list) or not options:
     raise ExpertError("the guess answer needs metadata.gold.options (the 'kinds' world)")
-  first = random.Random(record_id).randrange(len(options))
+  rng = random.Random(record_id)
+  first = rng.randrange(len(options))
+  if known_fraction > 0.0 and rng.random() < known_fraction:
+    if label not in options:
+      raise ExpertError(f"record {record_id}: label {label!r} is not one of its options {options}")
+    return f"## Exact Answer\n{label}"
   return f"## Exact Answer\n{options[(first + sample_index) % len(options)]}"
 
 
@@ -182,7 +193,8 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
                           messages, EXPERT_VERSION)
   ep = _Episode(traj, session, fmt)
   if cfg.answer == "guess":  # no reasoning, no tools: the format only
-    ep.answer("", guess_answer(gold, str(record["id"]), sample_index))
+    ep.answer("", guess_answer(gold, str(record["id"]), sample_index, str(record.get("label")),
+                               cfg.known_fraction))
   else:
     for i, entity in enumerate(chain):
       await _visit(ep, entity, chain[i + 1] if i + 1 < len(chain) else None, cfg)

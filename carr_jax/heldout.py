@@ -81,9 +81,11 @@ def summary_line(start: float, end: float, n: int, samples: int) -> str:
 
 
 def step_line(label: str, metrics: dict) -> str:
-  """`first step: reward_mean 0.1250 | outcome ... | tool_calls 1.50` (nan when missing)."""
+  """`first step: reward_mean 0.1250 | outcome ... | pass@G ... | tool_calls 1.50` (nan when
+  missing); pass@G is the share of the step's groups with at least one correct episode."""
   return (f"{label}: reward_mean {metrics.get('rollout/reward_mean', float('nan')):.4f} | "
           f"outcome {metrics.get('judge/outcome_reward_mean', float('nan')):.4f} | "
+          f"pass@G {metrics.get('rollout/pass_at_group', float('nan')):.4f} | "
           f"rubric {metrics.get('judge/rubric_reward_mean', float('nan')):.4f} | "
           f"tool_calls {metrics.get('rollout/tool_calls', float('nan')):.2f}")
 

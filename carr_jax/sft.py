@@ -129,7 +129,8 @@ def sft_examples(config, fmt, workdir: str) -> list[dict]:
     trajs = asyncio.run(expert_trajectories(
         train, CorpusBackend.from_records(corpus), fmt,
         ExpertConfig(search_results=s.expert_search_results, use_find=s.expert_find,
-                     answer=s.expert_answer), s.expert_samples))
+                     answer=s.expert_answer, known_fraction=s.expert_known_fraction),
+        s.expert_samples))
     if jax.process_index() == 0:
       write_jsonl(os.path.join(workdir, "expert_trajectories.jsonl"), trajs)
     return [{"id": t["prompt_id"], "token_ids": t["token_ids"], "loss_mask": t["loss_mask"]}

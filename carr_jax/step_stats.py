@@ -98,6 +98,8 @@ def reward_metrics(groups: Any, prefix: str = "rollout/") -> dict:
       f"{prefix}reward_mean": float(np.mean(groups.rewards)),
       f"{prefix}reward_std": float(np.std(groups.rewards)),
       f"{prefix}accuracy": float(np.mean(groups.outcome > 0.5)),
+      # pass@G: groups with at least one correct episode (RL has a signal only there).
+      f"{prefix}pass_at_group": float(np.mean(np.any(groups.outcome > 0.5, axis=1))),
       f"{prefix}zero_gradient_groups": float(np.mean(groups.zero_gradient)),
       f"{prefix}advantage_abs_mean": float(np.mean(np.abs(groups.advantages))),
       f"{prefix}valid_rate": float(np.mean(groups.valid)),

@@ -1,27 +1,32 @@
-"""The smallest world, for checking on a CPU in minutes whether the RL loop learns at all.
+"""The main job's world: the smallest one on which C-GRPO visibly learns on 2 CPU cores.
 
-    python -m carr_jax.sft --config configs/kinds_cpu.py:sft --workdir workdir/kinds/sft
-    python -m carr_jax.train --config configs/kinds_cpu.py --workdir workdir/kinds/rl \
-        --config.checkpoint.init_dir=workdir/kinds/sft/checkpoints
+    python -m carr_jax.sft --config configs/kinds_cpu.py:sft --workdir workdir/demo/sft
+    python -m carr_jax.sft --config configs/kinds_cpu.py:sft_noisy \
+        --workdir workdir/demo/sft_noisy --config.checkpoint.init_dir=workdir/demo/sft/checkpoints
+    python -m carr_jax.train --config configs/kinds_cpu.py --workdir workdir/demo/rl \
+        --config.checkpoint.init_dir=workdir/demo/sft_noisy/checkpoints
 
-Kind questions (`data.world_style="kinds"`, carr_jax/world/named.py): "X, a painter, studied at
-something. Is that a city or an organization? Answer with one word." The relation decides the
-answer and the two answers are drawn in equal numbers. The SFT stage (`:sft`) imitates the
-guessing expert (`sft.expert_answer="guess"`): a reply in the answer format whose option is
-drawn at random, so it teaches the format and not which option is right. Held-out accuracy
-therefore starts near 1/2, and only RL (rewards from the gold judge, C-GRPO advantages, the
-jitted step, the weight sync to the in-process sampler) can raise it; nothing here needs a
-tool, so this checks the learning loop, not search. Measured (docs/results.md): SFT ~30 s, an
-RL step of 16 x 8 episodes ~3 s on 2 cores; 20 supervised steps on the right answers take
-held-out greedy accuracy from 0.5 to 1.0, but 40 of these RL steps do not yet (greedy 0.5;
-avg@4 0.36 -> 0.52 from better-formed replies), so the RL settings below are the ones measured,
-not a recipe that learns.
+(`bash scripts/demo.sh` runs all three.) Kind questions (`data.world_style="kinds"`,
+carr_jax/world/named.py): "X, a painter, studied at something. Is that a city or an
+organization? Answer with one word." The relation decides the answer (5 relations), the two
+answers come in equal numbers, and nothing needs a tool, so this checks the learning loop
+(rewards from the gold judge, C-GRPO advantages, packing, the jitted step, the weight sync to
+the in-process sampler), not search.
+
+The cold start imitates the guessing expert (`sft.expert_answer="guess"`) in two stages:
+`:sft` knows every answer (`sft.expert_known_fraction` 1), and the policy learns to read the
+relation; `:sft_noisy` knows half of them and guesses the rest, so the policy leaves it
+reading the relation but hedging (right on ~3/4 of its samples). RL from the reward alone
+then sharpens it. Measured (docs/results.md): a policy that never learned to read the
+relation (a purely guessing expert, or a noisy one that never crossed over) answers the same
+on every relation, and RL does not move it; SFT ~1.5 min and 30 RL steps of 16 x 8 (~1.5 min,
+lr 3e-4) take held-out avg@4 from 0.75 to 1.00.
 """
 from configs import base
 
 
 def kinds_world(c) -> None:
-  """The world and model both stages use."""
+  """The world and model every stage uses."""
   c.model.preset = "demo_dense"
   c.model.output_vocab = "world"
   c.data.world_style = "kinds"
@@ -41,32 +46,38 @@ def kinds_world(c) -> None:
 
 
 def get_config(arg=None):
-  """`arg` "sft": the guessing cold start (see the module docstring)."""
+  """`arg` "sft" / "sft_noisy": the two cold-start stages (see the module docstring)."""
   c = base.get_config()
   kinds_world(c)
-  if arg == "sft":
+  if arg in ("sft", "sft_noisy"):
     from configs.sft_demo_cpu import sft_section
     c.sft = sft_section()
     c.sft.data = "expert"
     c.sft.expert_answer = "guess"
     c.sft.expert_max_hops = 1
-    c.sft.expert_samples = 2  # each option once per question: the imitated answer is uniform
+    c.sft.expert_samples = 2  # each option once per question the expert does not know
     c.sft.batch_size = 16
-    c.sft.num_steps = 30
-    c.sft.epochs = 10
-    c.optim.learning_rate = 3e-3
+    c.sft.epochs = 20
     c.optim.warmup_steps = 5
-    c.checkpoint.every = 30
+    c.checkpoint.every = 50
+    if arg == "sft":  # the clean expert: policies start reading the relation after ~100 steps
+      c.sft.expert_known_fraction = 1.0
+      c.sft.num_steps = 150
+      c.optim.learning_rate = 3e-3
+    else:  # then the noisy one (right on 0.5 + 0.5 / 2 of its replies), from the first stage
+      c.sft.expert_known_fraction = 0.5
+      c.sft.num_steps = 100
+      c.optim.learning_rate = 1e-3
     return c
   if arg:
-    raise ValueError(f"unknown variant {arg!r} of configs/kinds_cpu.py; known: sft")
+    raise ValueError(f"unknown variant {arg!r} of configs/kinds_cpu.py; known: sft, sft_noisy")
   c.data.prompts_per_step = 16
   c.data.group_size = 8
-  c.optim.learning_rate = 1e-3
+  c.optim.learning_rate = 3e-4  # 1e-3 breaks the reply format for steps at a time
   c.optim.warmup_steps = 3
-  c.train.num_steps = 40
-  c.train.eval_every = 40
+  c.train.num_steps = 30
+  c.train.eval_every = 30  # held-out avg@4 at the start and the end
   c.train.eval_questions = 64
   c.train.eval_samples = 4
-  c.checkpoint.every = 20
+  c.checkpoint.every = 10
   return c

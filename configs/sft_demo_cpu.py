@@ -43,6 +43,7 @@ def sft_section() -> ml_collections.ConfigDict:
   s.expert_max_hops = 4  # expert: only questions of at most this many hops (shorter episodes)
   s.expert_answer = "evidence"  # expert: "evidence" (rubric sentences) | "brief" | "guess"
   s.expert_samples = 1  # expert: episodes per question ("guess": each its own option)
+  s.expert_known_fraction = 0.0  # expert "guess": fraction of questions it answers right
   return s
 
 

@@ -74,3 +74,30 @@ def test_guessing_expert_gives_each_option_once_and_the_judge_scores_the_type(wo
     outcomes = [scores[2 * k + s].outcome_reward for s in range(2)]
     right = [a.endswith("\n" + record["label"]) for a in answers]
     assert outcomes == [float(r) for r in right] and sum(outcomes) == 1.0
+
+
+def test_noisy_expert_answers_known_questions_right_in_every_sample(world):
+  fmt = chat.ChatFormat(qwen3_tokenizer())
+  records = world.train
+  answers = collections.defaultdict(list)  # record id -> its samples' exact answers
+  trajs = asyncio.run(expert_trajectories(records, world.corpus_backend(), fmt,
+                                          ExpertConfig(answer="guess", known_fraction=0.5),
+                                          samples=2))
+  for t in trajs:
+    answers[t["prompt_id"]].append(t["history"][-1]["content"].split("\n")[-1])
+  known = [r for r in records if answers[r["id"]] == [r["label"]] * 2]
+  for r in records:
+    assert answers[r["id"]] in ([r["label"]] * 2, sorted(named.KINDS), sorted(named.KINDS)[::-1])
+  assert 0.3 < len(known) / len(records) < 0.7, len(known)  # 48 records, each known w.p. 1/2
+  clean = asyncio.run(expert_trajectories(records[:8], world.corpus_backend(), fmt,
+                                          ExpertConfig(answer="guess", known_fraction=1.0)))
+  assert [t["history"][-1]["content"] for t in clean] == [
+      f"## Exact Answer\n{r['label']}" for r in records[:8]]
+
+
+def test_noisy_expert_refuses_a_label_outside_the_options():
+  from carr_jax.expert import ExpertError, guess_answer
+  gold = {"options": ["city", "organization"]}
+  with pytest.raises(ExpertError, match="not one of its options"):
+    guess_answer(gold, "q-1", 0, "person", known_fraction=1.0)
+  assert guess_answer(gold, "q-1", 0, "city", known_fraction=1.0) == "## Exact Answer\ncity"

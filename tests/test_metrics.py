@@ -268,13 +268,23 @@ def test_closing_summary_names_both_ends_and_every_output_then_ends_on_heldout(t
   config = ml_collections.ConfigDict({"model": {"preset": "tiny_dense"},
                                       "reward": {"mode": "paper"}, "data": {"source": "world"}})
   lines = heldout.closing_summary(config, workdir, 4, {"rollout/reward_mean": 0.5},
-                                  {"rollout/reward_mean": 0.25})
-  assert lines[1].startswith("first step: reward_mean 0.2500 | outcome nan")
+                                  {"rollout/reward_mean": 0.25, "rollout/pass_at_group": 0.75})
+  assert lines[1].startswith("first step: reward_mean 0.2500 | outcome nan | pass@G 0.7500")
   assert lines[2].startswith("last step: reward_mean 0.5000")
   assert lines[3:6] == [f"tensorboard: {workdir}/tb", f"checkpoints: {workdir}/checkpoints",
                         f"hf_exports: {workdir}/hf"]
   assert lines[-1] == "heldout_accuracy start=0.5000 end=1.0000 n=2 samples=2"
   assert len(heldout.closing_summary(config, workdir, 4, {})) == len(lines) - 1  # no first
+
+
+def test_pass_at_group_counts_groups_with_any_correct_episode():
+  from carr_jax import rewards, step_stats
+  outcome = np.array([[0, 0, 0, 0], [0, 1, 0, 0], [1, 1, 1, 1]], np.float64)  # [P, G]
+  groups = rewards.compute_group_advantages(outcome, np.zeros_like(outcome),
+                                            np.ones_like(outcome, bool))
+  got = step_stats.reward_metrics(groups)
+  assert got["rollout/pass_at_group"] == 2 / 3
+  assert got["rollout/accuracy"] == 5 / 12
 
 
 def test_sft_closing_summary_gives_the_loss_at_both_ends_and_the_outputs(tmp_path):

@@ -1,0 +1,98 @@
+"""Does a policy read the question? Its answer probabilities on held-out kind questions.
+
+    python scripts/kind_probe.py --config configs/kinds_cpu.py \
+        --checkpoint workdir/demo/sft/checkpoints [--checkpoint workdir/demo/rl/checkpoints]
+
+For each held-out question of the configured kinds world (`data.world_style="kinds"`) it
+feeds the prompt and the reply's fixed start ("## Exact Answer" and a newline) and reads the
+next-token probabilities of the two options. It prints, per checkpoint: the mean probability
+of the right option (what avg@k at temperature 1 tends to once the format is right), the share
+of questions whose right option is the likelier (greedy accuracy between the two), and the
+mean P(first option | one of the two) on each relation. A policy that ignores the question
+gives the same number on every relation. Results: docs/results.md.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+
+import jax.numpy as jnp
+import numpy as np
+
+from carr_jax import cli, components
+from carr_jax import data as data_lib
+from carr_jax import model as model_lib
+from carr_jax.evaluate import policy_params
+from rollout import chat
+
+REPLY_START = "\n</think>\n\n## Exact Answer\n"  # generated before the answer word
+
+
+def probe_inputs(fmt: chat.ChatFormat, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+  """([N, T] right-padded token ids ending in the reply start, [N] index of each last token)."""
+  seqs = [fmt.prompt_ids(r["input_messages"], r["tools"] or None) + fmt.encode(REPLY_START)
+          for r in records]
+  tokens = np.zeros((len(seqs), max(map(len, seqs))), np.int32)
+  for i, s in enumerate(seqs):
+    tokens[i, :len(s)] = s
+  return tokens, np.array([len(s) - 1 for s in seqs])
+
+
+def option_probs(params, cfg, tokens: np.ndarray, last: np.ndarray,
+                 option_ids: list[int]) -> np.ndarray:
+  """[N, K] next-token probability of each option's (single) token after `last`."""
+  vocab = list(cfg.output_ids)  # () = the full vocabulary
+  columns = [vocab.index(t) for t in option_ids] if vocab else option_ids
+  out = []
+  for b in range(0, len(tokens), 32):
+    t = jnp.asarray(tokens[b:b + 32])  # [B, T]
+    hidden = model_lib.Qwen3(cfg).apply(
+        {"params": params}, t, jnp.broadcast_to(jnp.arange(t.shape[1]), t.shape),
+        (t > 0).astype(jnp.int32))  # [B, T, D]
+    logits = np.asarray(hidden[np.arange(t.shape[0]), last[b:b + 32]]
+                        @ model_lib.unembed_matrix(params, cfg), np.float64)  # [B, V']
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    out.append((p / p.sum(-1, keepdims=True))[:, columns])
+  return np.concatenate(out)
+
+
+def relation_of(record: dict) -> str:
+  """The questioned relation: "X, a painter, studied at something. ..." -> "studied at"."""
+  found = re.search(r", an? [^,]+, (.+?) something\.", record["input_messages"][-1]["content"])
+  return found[1] if found else "?"
+
+
+def _probe(args: argparse.Namespace) -> None:
+  config = args.config
+  cfg = components.model_config(config)
+  fmt = chat.ChatFormat(components.tokenizer(config))
+  _, records, _ = data_lib.load_tasks(config.data)
+  options = records[0]["metadata"]["gold"]["options"]
+  option_ids = [fmt.encode(o) for o in options]
+  if any(len(ids) != 1 for ids in option_ids):
+    raise ValueError(f"every option must be one token; got {dict(zip(options, option_ids))}")
+  tokens, last = probe_inputs(fmt, records)
+  right = np.array([options.index(r["label"]) for r in records])  # [N]
+  relations = [relation_of(r) for r in records]
+  for checkpoint in args.checkpoint:
+    p = option_probs(policy_params(config, cfg, checkpoint)[0], cfg, tokens, last,
+                     [ids[0] for ids in option_ids])  # [N, K]
+    p_right = p[np.arange(len(p)), right]
+    first = p[:, 0] / p.sum(1)
+    by_relation = {rel: round(float(first[[r == rel for r in relations]].mean()), 3)
+                   for rel in sorted(set(relations))}
+    print(f"{checkpoint}: P(right) {p_right.mean():.4f} | right is likelier "
+          f"{np.mean(p_right == p.max(1)):.3f} | P({options[0]} | an option) by relation "
+          f"{by_relation} | n={len(p)}")
+
+
+def parser() -> argparse.ArgumentParser:
+  p = cli.parser("python scripts/kind_probe.py", __doc__.split("\n")[0],
+                 config="Config with the kinds world and the policy (configs/kinds_cpu.py).")
+  p.add_argument("--checkpoint", required=True, action="append",
+                 help="checkpoint root or one step directory (repeat to compare)")
+  return p
+
+
+if __name__ == "__main__":
+  raise SystemExit(cli.run(_probe, parser()))
