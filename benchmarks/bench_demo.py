@@ -1,14 +1,15 @@
-"""Wall time per step of the CPU demo, split by phase, and its scaling with G and prompts.
+"""Wall time per step of a CPU demo, split by phase, and its scaling with G and prompts.
 
-Runs the real trainer (configs/demo_cpu.py) for `--steps` steps per setting in a fresh
-process each and reports the LAST step's phase times (earlier steps include compilation):
+Runs the real trainer (`--config`: configs/demo_cpu.py, the tool-using demo, or
+configs/kinds_cpu.py, the main job) for `--steps` steps per setting in a fresh process each and reports the LAST step's phase times (earlier steps include compilation):
 rollout (in-process engine + BM25 tools), judge (gold backend), train (old log-probs +
 jitted step) and sync (in-memory weight update). Settings: prompts_per_step x group_size.
 The peer for the scaling columns is the smallest setting measured in the same run: the
 ratio "time / (trajectories ratio)" shows how far from linear each phase scales.
 
     .venv/bin/python benchmarks/bench_demo.py [--steps 3] [--settings 1x2 2x2 2x4 4x4]
-        [--init_dir SFT_RUN/checkpoints]   # start from a policy, as scripts/demo.sh does
+        [--init_dir SFT_RUN/checkpoints]   # start from a cold-start SFT policy
+        [--config configs/kinds_cpu.py]
 """
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ from common import REPO
 PHASES = ("perf/rollout_s", "perf/judge_s", "perf/train_s", "perf/sync_s", "perf/step_time_s")
 
 
-def run_setting(prompts: int, group: int, steps: int, init_dir: str) -> dict[str, float]:
+def run_setting(config: str, prompts: int, group: int, steps: int,
+                init_dir: str) -> dict[str, float]:
   from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
   workdir = tempfile.mkdtemp(prefix="bench_demo_")
-  cmd = [sys.executable, "-m", "carr_jax.train", "--config", "configs/demo_cpu.py",
+  cmd = [sys.executable, "-m", "carr_jax.train", "--config", config,
          "--workdir", workdir, f"--config.data.prompts_per_step={prompts}",
          f"--config.data.group_size={group}", f"--config.train.num_steps={steps}",
          "--config.train.eval_every=0", f"--config.checkpoint.every={steps}",
@@ -44,11 +46,13 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=3)
   parser.add_argument("--settings", nargs="+", default=["1x2", "2x2", "2x4", "4x4"])
   parser.add_argument("--init_dir", default="", help="checkpoint.init_dir (default: random)")
+  parser.add_argument("--config", default="configs/demo_cpu.py", help="trainer config")
   args = parser.parse_args()
   rows = []
   for setting in args.settings:
     prompts, group = (int(x) for x in setting.split("x"))
-    rows.append((prompts, group, run_setting(prompts, group, args.steps, args.init_dir)))
+    rows.append((prompts, group,
+                 run_setting(args.config, prompts, group, args.steps, args.init_dir)))
   base_n = rows[0][0] * rows[0][1]
   print("| prompts x G | trajectories | rollout s | judge s | train s | sync s | step s |"
         " step / linear |")

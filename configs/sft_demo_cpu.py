@@ -20,8 +20,8 @@ beyond that window) and evaluates at the same context. Measured here (2 cores): 
 step, 120 steps in 4-7 min, loss 11.9 -> ~0.25-0.35; greedy evaluation on the 20 held-out
 questions: well-formed tool calls in 0.60 of the policy's turns when first measured, 0.31 in
 CI and here since, with the same code and training data (dense attention; at lr 3e-2 the run
-is sensitive to rounding). It does not solve the questions. scripts/demo.sh runs this before
-the RL demo; the SFT acceptance test uses configs/sft_named_cpu.py (measured 0.80).
+is sensitive to rounding). It does not solve the questions. Run it before the tool-using RL
+demo (configs/demo_cpu.py); the SFT acceptance test uses configs/sft_named_cpu.py (measured 0.80).
 Configs for real runs train on whole episodes (configs/sft_qwen3_4b.py: 128k rows).
 """
 import ml_collections
