@@ -189,8 +189,9 @@ class SFTTrainer:
       metrics_lib.check_finite(metrics, step + 1, ["train/loss", "train/grad_norm"])
       elapsed = time.perf_counter() - t0
       metrics.update({f"train/packing_{k}": float(v) for k, v in stats.items()})
+      # Loss tokens per second, as in RL (carr_jax/trainer.py); packed slots: train/packing_*.
       metrics.update({"perf/step_time_s": elapsed,
-                      "perf/train_tokens_per_s": stats["rows"] * stats["row_length"] / elapsed})
+                      "perf/train_tokens_per_s": stats["loss_tokens"] / elapsed})
       self.writer.scalars(step + 1, metrics)
       self.writer.flush()
       print(progress.line(step + 1, metrics), flush=True)

@@ -18,9 +18,11 @@ final response before its last `## References` heading is judged:
            cited content;
            connectivity: supported rubrics reachable from E0 (judge/rubric_graph.py);
            reward = connected / all rubrics.
-The outcome and identification calls run concurrently. Every failure (bad input, judge
-transport, unusable judge output after re-asks, an unexpected bug) ends as reward 0 with a
-reason in the Breakdown and a counter in the metrics, never as an exception. A trajectory
+The outcome and identification calls run concurrently. Nothing raises: a failure of the
+judging itself (transport, unusable judge output after re-asks, an unexpected bug) ends as
+reward 0 with a reason and an entry in `Breakdown.errors` and counts in the metrics'
+`step_errors`; an input that cannot be judged (a malformed record, an unfinished task, no
+final answer) scores 0 with only the reason (`outcome_reason`, `rubric_reason`). A trajectory
 whose judging outlasts `deadline_s` scores 0 on both rewards with reason "deadline: ...".
 """
 from __future__ import annotations
