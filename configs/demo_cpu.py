@@ -4,15 +4,15 @@
         [--config.checkpoint.init_dir=workdir/sft/checkpoints]   # configs/sft_demo_cpu.py
     tensorboard --logdir workdir/demo/tb --host 127.0.0.1
 
-The tool-using CPU demo (the main job, `scripts/demo.sh`, runs configs/kinds_cpu.py, which
-learns): start it from the cold-start SFT of configs/sft_demo_cpu.py; without
-`checkpoint.init_dir` the policy is random. Everything runs in-process
-on the CPU: the synthetic deep-search world (questions, pages, rubrics), the in-process JAX
-sampler, offline BM25 browser tools and the GOLD judge (which reads the world's gold
-annotations; it exists only for synthetic data). Expect a step every ~15 s on 2 cores, a
-checkpoint in workdir/checkpoints and TensorBoard logs in workdir/tb. Measured from the SFT
-policy (sampling at temperature 1): 0.4-0.6 search/open calls per episode with 27-38% of the
-turns well-formed tool calls (0 from a random policy), no solved question, so rewards and
+The tool-using demo (the main job, `scripts/demo.sh`, runs configs/kinds_cpu.py, which
+learns). Start it from the cold-start SFT of configs/sft_demo_cpu.py; without
+`checkpoint.init_dir` the policy is random. Everything runs in-process on the CPU: the
+synthetic deep-search world (questions, pages, rubrics), the in-process JAX sampler, offline
+BM25 browser tools and the GOLD judge (which reads the world's gold annotations; it exists
+only for synthetic data). Expect a step every ~15 s on 2 cores, a checkpoint in
+workdir/checkpoints and TensorBoard logs in workdir/tb. Measured from the SFT policy
+(sampling at temperature 1): 0.4-0.6 search/open calls per episode with 27-38% of the turns
+well-formed tool calls (0 from a random policy), no solved question, so rewards and
 advantages are 0: the demo shows the data path (rollout -> judge -> advantages -> packed
 step -> sync), not learning; a tiny model would need far more SFT to answer.
 """

@@ -5,7 +5,7 @@
 #      $workdir/sft, then a noisy expert's (right on 3/4 of them) into $workdir/sft_noisy;
 #   2. C-GRPO from that policy into $workdir/rl (~2 min): held-out avg@4 accuracy at the
 #      start and the end, last line `heldout_accuracy start=... end=... n=... samples=...`.
-# Both stages resume when rerun (a finished SFT stage is not redone).
+# Every stage resumes when rerun (a finished SFT stage is not redone).
 #   CARR_JAX_WORKDIR   run directory (default workdir/demo)
 #   CARR_JAX_DEMO_SFT  0 = skip stage 1 and start RL from a random policy (default 1)
 # Extra args go to the RL trainer, e.g. --config.train.num_steps=8.
