@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,14 @@ def _source_dirs() -> set[str]:
 def _requirement_lines(name: str) -> list[str]:
   lines = [ln.split("#")[0].strip() for ln in (REPO / name).read_text().splitlines()]
   return [ln for ln in lines if ln and not ln.startswith("-r")]
+
+
+@pytest.mark.parametrize("name", ["requirements.txt", "requirements-test.txt",
+                                  "requirements-tpu.txt", "requirements-sglang.txt"])
+def test_every_requirement_pins_one_version(name):
+  loose = [ln for ln in _requirement_lines(name)
+           if not re.fullmatch(r"[A-Za-z0-9_.\-]+(\[[a-z0-9_,\-]+\])?==[0-9][0-9A-Za-z.+]*", ln)]
+  assert not loose, f"{name}: not pinned to one version: {loose}"
 
 
 def test_every_source_directory_is_a_discovered_package():
