@@ -16,10 +16,11 @@ from __future__ import annotations
 import argparse
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from carr_jax import cli, components
+from carr_jax import cli, components, decode
 from carr_jax import data as data_lib
 from carr_jax import model as model_lib
 from carr_jax.evaluate import policy_params
@@ -29,30 +30,27 @@ REPLY_START = "\n</think>\n\n## Exact Answer\n"  # generated before the answer w
 
 
 def probe_inputs(fmt: chat.ChatFormat, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-  """([N, T] right-padded token ids ending in the reply start, [N] index of each last token)."""
+  """([N, T] right-padded token ids ending in the reply start, [N] their lengths)."""
   seqs = [fmt.prompt_ids(r["input_messages"], r["tools"] or None) + fmt.encode(REPLY_START)
           for r in records]
   tokens = np.zeros((len(seqs), max(map(len, seqs))), np.int32)
   for i, s in enumerate(seqs):
     tokens[i, :len(s)] = s
-  return tokens, np.array([len(s) - 1 for s in seqs])
+  return tokens, np.array([len(s) for s in seqs], np.int32)
 
 
-def option_probs(params, cfg, tokens: np.ndarray, last: np.ndarray,
+def option_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray,
                  option_ids: list[int]) -> np.ndarray:
-  """[N, K] next-token probability of each option's (single) token after `last`."""
-  vocab = list(cfg.output_ids)  # () = the full vocabulary
-  columns = [vocab.index(t) for t in option_ids] if vocab else option_ids
+  """[N, K] next-token probability of each option's (single) token after each row's end."""
+  columns, known = model_lib.output_positions(cfg, jnp.asarray(option_ids))  # [K]
+  if not bool(known.all()):
+    raise ValueError(f"option ids {option_ids} are not all in the policy's output vocabulary")
   out = []
   for b in range(0, len(tokens), 32):
     t = jnp.asarray(tokens[b:b + 32])  # [B, T]
-    hidden = model_lib.Qwen3(cfg).apply(
-        {"params": params}, t, jnp.broadcast_to(jnp.arange(t.shape[1]), t.shape),
-        (t > 0).astype(jnp.int32))  # [B, T, D]
-    logits = np.asarray(hidden[np.arange(t.shape[0]), last[b:b + 32]]
-                        @ model_lib.unembed_matrix(params, cfg), np.float64)  # [B, V']
-    p = np.exp(logits - logits.max(-1, keepdims=True))
-    out.append((p / p.sum(-1, keepdims=True))[:, columns])
+    logits, _ = decode.prefill(params, cfg, t, jnp.asarray(lengths[b:b + 32]),
+                               decode.init_cache(cfg, t.shape[0], t.shape[1]))  # [B, V']
+    out.append(np.asarray(jax.nn.softmax(logits, axis=-1)[:, columns], np.float64))
   return np.concatenate(out)
 
 
@@ -71,11 +69,11 @@ def _probe(args: argparse.Namespace) -> None:
   option_ids = [fmt.encode(o) for o in options]
   if any(len(ids) != 1 for ids in option_ids):
     raise ValueError(f"every option must be one token; got {dict(zip(options, option_ids))}")
-  tokens, last = probe_inputs(fmt, records)
+  tokens, lengths = probe_inputs(fmt, records)
   right = np.array([options.index(r["label"]) for r in records])  # [N]
   relations = [relation_of(r) for r in records]
   for checkpoint in args.checkpoint:
-    p = option_probs(policy_params(config, cfg, checkpoint)[0], cfg, tokens, last,
+    p = option_probs(policy_params(config, cfg, checkpoint)[0], cfg, tokens, lengths,
                      [ids[0] for ids in option_ids])  # [N, K]
     p_right = p[np.arange(len(p)), right]
     first = p[:, 0] / p.sum(1)

@@ -18,7 +18,7 @@ import asyncio
 import jax.numpy as jnp
 import numpy as np
 
-from carr_jax import cli, components
+from carr_jax import cli, components, decode
 from carr_jax import data as data_lib
 from carr_jax import model as model_lib
 from carr_jax.evaluate import policy_params
@@ -36,21 +36,16 @@ def query_positions(fmt: chat.ChatFormat, examples: list[dict]) -> list[int]:
 
 def greedy_hits(params, cfg, examples: list[dict], positions: list[int]) -> np.ndarray:
   """[N] bool: the greedy token after each position is the example's own next token."""
-  vocab = np.asarray(cfg.output_ids)  # [V'] sorted
   hits = []
   for start in range(0, len(examples), 16):
     chunk, pos = examples[start:start + 16], positions[start:start + 16]
-    length = max(pos) + 1
-    toks = np.zeros((len(chunk), length), np.int32)  # [B, T]
+    toks = np.zeros((len(chunk), max(pos) + 1), np.int32)  # [B, T]: each row up to its position
     for r, (e, p) in enumerate(zip(chunk, pos)):
       toks[r, :p + 1] = e["token_ids"][:p + 1]
-    hidden = model_lib.Qwen3(cfg).apply(
-        {"params": params}, jnp.asarray(toks), jnp.broadcast_to(jnp.arange(length), toks.shape),
-        jnp.asarray((toks > 0).astype(np.int32)))  # [B, T, D]
-    logits = np.asarray(hidden[np.arange(len(chunk)), np.asarray(pos)]
-                        @ model_lib.unembed_matrix(params, cfg))  # [B, V']
-    hits += [vocab[logits[r].argmax()] == e["token_ids"][p + 1]
-             for r, (e, p) in enumerate(zip(chunk, pos))]
+    logits, _ = decode.prefill(params, cfg, jnp.asarray(toks), jnp.asarray(pos, jnp.int32) + 1,
+                               decode.init_cache(cfg, *toks.shape))  # [B, V']
+    greedy = np.asarray(model_lib.output_token_ids(cfg, jnp.argmax(logits, axis=-1)))  # [B]
+    hits += [greedy[r] == e["token_ids"][p + 1] for r, (e, p) in enumerate(zip(chunk, pos))]
   return np.asarray(hits)
 
 

@@ -33,11 +33,12 @@ def _run(module: str, *args: str) -> str:
   return done.stdout
 
 
-def _scalars(tb_dir: str, tag: str) -> np.ndarray:
+def _events(tb_dir: str):
+  """Every scalar and image the run logged (nothing sampled away)."""
   from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
   events = EventAccumulator(tb_dir, size_guidance={"scalars": 0, "images": 0})
   events.Reload()
-  return np.array([e.value for e in events.Scalars(tag)])
+  return events
 
 
 @pytest.mark.slow
@@ -59,19 +60,18 @@ def test_main_job_raises_heldout_accuracy_and_mixed_reward(tmp_path):
   start, end = float(last[1]), float(last[2])
   assert (int(last[3]), int(last[4])) == (64, 4)
   change = re.search(r"change ([+-][\d.]+) \+- ([\d.]+) s\.e\.", lines[-2])
+  assert change, lines[-2]
   diff, se = float(change[1]), float(change[2])
   assert abs(diff - (end - start)) < 1e-3
   assert diff >= MARGIN and diff > 2 * se, (start, end, se)
 
   first = re.search(r"first step: .*\| pass@G ([\d.]+)", out)
   assert first and float(first[1]) > 0  # RL has a signal from its first step
-  reward = _scalars(f"{tmp_path}/rl/tb", "rollout/reward_mean")  # [30] C-GRPO mixed reward
+  events = _events(f"{tmp_path}/rl/tb")
+  reward = np.array([e.value for e in events.Scalars("rollout/reward_mean")])  # [30] mixed
   assert len(reward) == 30 and reward[-10:].mean() > reward[:5].mean(), reward
 
   from PIL import Image
-  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-  events = EventAccumulator(f"{tmp_path}/rl/tb", size_guidance={"images": 0})
-  events.Reload()
   image = events.Images("eval/evidence_graph")[-1]
   pixels = np.asarray(Image.open(io.BytesIO(image.encoded_image_string)).convert("L"))
   assert (pixels < 200).mean() > 0.01  # drawn nodes and labels, not a blank canvas
