@@ -14,17 +14,21 @@ gives the same number on every relation. Results: docs/results.md.
 from __future__ import annotations
 
 import argparse
+import pathlib
 import re
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from carr_jax import cli, components, decode
-from carr_jax import data as data_lib
-from carr_jax import model as model_lib
-from carr_jax.evaluate import policy_params
-from rollout import chat
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from carr_jax import cli, components, decode  # noqa: E402
+from carr_jax import data as data_lib  # noqa: E402
+from carr_jax import model as model_lib  # noqa: E402
+from carr_jax.evaluate import policy_params  # noqa: E402
+from rollout import chat  # noqa: E402
 
 REPLY_START = "\n</think>\n\n## Exact Answer\n"  # generated before the answer word
 

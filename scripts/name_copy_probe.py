@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import pathlib
+import sys
 import time
 
 import jax
@@ -25,11 +27,13 @@ import optax
 import orbax.checkpoint as ocp
 from transformers import AutoTokenizer
 
-from carr_jax import model as model_lib
-from carr_jax.fetch_tokenizer import ensure_tokenizer
-from carr_jax.model_config import get_preset
-from carr_jax.world import build_world
-from rollout import chat
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from carr_jax import model as model_lib  # noqa: E402
+from carr_jax.fetch_tokenizer import ensure_tokenizer  # noqa: E402
+from carr_jax.model_config import get_preset  # noqa: E402
+from carr_jax.world import build_world  # noqa: E402
+from rollout import chat  # noqa: E402
 
 WORLD = dict(eval_fraction=0.25, shortcut_fraction=0.5, min_hops=1, max_hops=2, style="named",
              locality=0.8, distractors=0, short_names=True, prompt="brief")

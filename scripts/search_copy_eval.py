@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import pathlib
+import sys
 
 import jax.numpy as jnp
 import numpy as np
 
-from carr_jax import cli, components, decode
-from carr_jax import data as data_lib
-from carr_jax import model as model_lib
-from carr_jax.evaluate import policy_params
-from carr_jax.expert import ExpertConfig, expert_trajectories, search_examples
-from rollout import chat
-from rollout.tools.corpus import CorpusBackend
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from carr_jax import cli, components, decode  # noqa: E402
+from carr_jax import data as data_lib  # noqa: E402
+from carr_jax import model as model_lib  # noqa: E402
+from carr_jax.evaluate import policy_params  # noqa: E402
+from carr_jax.expert import ExpertConfig, expert_trajectories, search_examples  # noqa: E402
+from rollout import chat  # noqa: E402
+from rollout.tools.corpus import CorpusBackend  # noqa: E402
 
 
 def query_positions(fmt: chat.ChatFormat, examples: list[dict]) -> list[int]:

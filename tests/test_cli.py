@@ -20,7 +20,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 ENTRY_POINTS = ("carr_jax.train", "carr_jax.sft", "carr_jax.evaluate", "carr_jax.convert",
                 "carr_jax.aot", "carr_jax.expert", "carr_jax.eval_crypto", "judge.server",
                 "judge.rubric_gen", "judge.testing")
-SCRIPTS = ("make_world", "launch_sglang", "fetch_tokenizer", "generate_rubrics")
+SCRIPTS = ("make_world", "launch_sglang", "fetch_tokenizer", "generate_rubrics", "kind_probe",
+           "search_copy_eval", "name_copy_probe")
 
 
 def _train_error(capsys, *args: str) -> str:
