@@ -27,6 +27,12 @@ RL has to learn that. With `known_fraction` f the expert knows the right option 
 fraction f of the records and gives it in every sample: a noisy expert, right on
 f + (1 - f) / K of its replies, whom RL can surpass (configs/kinds_cpu.py).
 
+`answer="lookup"` is for the "lookup" world (carr_jax/world/lookup.py): on a coded question,
+and on every other sample of a plain one, it searches "glossary <term>" (one result) and
+answers the kind the glossary states, citing its page; on the other samples of a plain
+question it answers like "guess" (no tool, `known_fraction` applies). So the policy sees both
+ways to answer a plain question, the cited one and the shortcut.
+
 Episodes are trajectory records (docs/design.md section 2) built token by token the way the
 agent loop builds them (prompt ids, each turn's canonical completion with loss mask 1,
 observation ids with loss mask 0), so `carr_jax.sft` trains on them as on a dumped rollout.
@@ -59,6 +65,7 @@ SEARCH_THOUGHT = "Look up the next entity."
 OPEN_THOUGHT = "Open its page."
 FIND_THOUGHT = "Find where this page names the next entity."
 ANSWER_THOUGHT = "Every hop is confirmed; write the cited answer."
+GLOSSARY_THOUGHT = "Check the glossary."
 
 
 class ExpertError(RuntimeError):
@@ -69,8 +76,9 @@ class ExpertError(RuntimeError):
 class ExpertConfig:
   search_results: int = 3  # `num` of every search: the name query ranks the page first
   use_find: bool = True  # confirm each hop's link with browser.find before moving on
-  answer: str = "evidence"  # "evidence" (rubric sentences, cited) | "brief" | "guess" (below)
-  known_fraction: float = 0.0  # "guess": records whose right option the expert gives
+  answer: str = "evidence"  # "evidence" (rubric sentences, cited) | "brief" | "guess" |
+  # "lookup" (below)
+  known_fraction: float = 0.0  # "guess", "lookup": records whose right option the expert gives
 
 
 @dataclasses.dataclass
@@ -178,13 +186,33 @@ def guess_answer(gold: Mapping, record_id: str, sample_index: int, label: str = 
   return f"## Exact Answer\n{options[(first + sample_index) % len(options)]}"
 
 
+def looks_up(gold: Mapping, record_id: str, sample_index: int) -> bool:
+  """Whether the "lookup" expert searches: always on a coded question (no shortcut), on
+  samples of one parity (drawn per record) on a plain one."""
+  if not gold.get("shortcut"):
+    return True
+  return (random.Random(f"{record_id}/search").randrange(2) + sample_index) % 2 == 0
+
+
+def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
+  """The kind the glossary page states, citing the page (which must be the first result)."""
+  url = gold["entities"]["E0"]["url"]
+  if _result_number(session, url) != 0:
+    raise ExpertError(f"the glossary page {url} is not the first search result")
+  kind = gold["entities"]["E0"]["name"]
+  return f"## Explanation with Citations\n{kind} [[1]({url})]\n\n## Exact Answer\n{kind}"
+
+
 async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat,
                          cfg: ExpertConfig = ExpertConfig(),
                          sample_index: int = 0) -> dict[str, Any]:
   """One expert trajectory record for a synthetic-world CaRR record (see module docstring)."""
   start = time.perf_counter()
   gold = _gold(record)
-  chain = [gold["entities"][f"E{i}"] for i in range(gold["hops"], -1, -1)]  # head first
+  lookup_question = "term" in gold  # the "lookup" world (carr_jax/world/lookup.py)
+  if cfg.answer != "guess" and lookup_question != (cfg.answer == "lookup"):
+    raise ExpertError(f"record {record.get('id')!r}: the expert's answer={cfg.answer!r} is "
+                      f"{'not ' if lookup_question else ''}for lookup questions")
   messages = initial_messages(record, RolloutConfig())
   tools = record_tools(record)
   env = (record.get("metadata") or {}).get("remote_env_info") or {}
@@ -192,10 +220,17 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
   traj = Trajectory.start(str(record["id"]), sample_index, fmt.prompt_ids(messages, tools),
                           messages, EXPERT_VERSION)
   ep = _Episode(traj, session, fmt)
-  if cfg.answer == "guess":  # no reasoning, no tools: the format only
+  guess = cfg.answer == "guess" or (cfg.answer == "lookup"
+                                     and not looks_up(gold, str(record["id"]), sample_index))
+  if guess:  # no reasoning, no tools: the format only
     ep.answer("", guess_answer(gold, str(record["id"]), sample_index, str(record.get("label")),
                                cfg.known_fraction))
+  elif cfg.answer == "lookup":
+    await ep.act(GLOSSARY_THOUGHT, "browser.search", {"query": f"glossary {gold['term']}",
+                                                       "num": 1})
+    ep.answer("", cited_kind_answer(gold, ep.session))
   else:
+    chain = [gold["entities"][f"E{i}"] for i in range(gold["hops"], -1, -1)]  # head first
     for i, entity in enumerate(chain):
       await _visit(ep, entity, chain[i + 1] if i + 1 < len(chain) else None, cfg)
     ep.answer(ANSWER_THOUGHT, final_answer(gold, [e["url"] for e in chain], cfg.answer))

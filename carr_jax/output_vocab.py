@@ -16,7 +16,7 @@ agree (carr_jax/model.py, carr_jax/decode.py, `train_step.target_logprobs`).
       (default: the expert's defaults, and 1 search result without find and with brief
       answers: each value of each setting once, and each setting changes its own turns
       only; one set for every stage, so an SFT run and the RL run after it on the same world
-      get the same ids);
+      get the same ids); a "lookup" world's records under `answer="lookup"` instead;
   (c) the tokens of every record's label;
   (d) the chat format's special ids that end turns and call tools (rollout/chat.py);
   (e) each printable ASCII character, tab and newline as one token: about 100 ids that keep
@@ -93,10 +93,15 @@ def expert_token_ids(records: Sequence[Mapping], corpus: Sequence[Mapping], fmt,
                      expert_configs: Sequence | None = None) -> set[int]:
   """(b): the loss-mask-1 tokens of the expert's episodes on `records`, for each config."""
   from rollout.tools.corpus import CorpusBackend
+  from carr_jax.expert import ExpertConfig
   backend = CorpusBackend.from_records(corpus)
+  lookups = [r for r in records if "term" in (r.get("metadata") or {}).get("gold", {})]
+  others = [r for r in records if "term" not in (r.get("metadata") or {}).get("gold", {})]
+  runs = [(others, cfg) for cfg in dict.fromkeys(expert_configs or default_expert_configs())]
+  runs.append((lookups, ExpertConfig(search_results=1, answer="lookup")))
   out: set[int] = set()
-  for cfg in dict.fromkeys(expert_configs or default_expert_configs()):
-    for traj in asyncio.run(_expert_records(records, backend, fmt, cfg)):
+  for chosen, cfg in runs:
+    for traj in asyncio.run(_expert_records(chosen, backend, fmt, cfg)):
       ids, mask = np.asarray(traj["token_ids"]), np.asarray(traj["loss_mask"])
       out.update(ids[mask == 1].tolist())
   return out

@@ -41,9 +41,10 @@ def sft_section() -> ml_collections.ConfigDict:
   s.expert_search_results = 3  # expert: `num` of each search
   s.expert_find = True  # expert: confirm each hop with browser.find
   s.expert_max_hops = 4  # expert: only questions of at most this many hops (shorter episodes)
-  s.expert_answer = "evidence"  # expert: "evidence" (rubric sentences) | "brief" | "guess"
+  s.expert_answer = "evidence"  # expert: "evidence" (rubric sentences) | "brief" | "guess" |
+  # "lookup" (carr_jax.expert)
   s.expert_samples = 1  # expert: episodes per question ("guess": each its own option)
-  s.expert_known_fraction = 0.0  # expert "guess": fraction of questions it answers right
+  s.expert_known_fraction = 0.0  # expert "guess" / "lookup": share of questions it knows
   return s
 
 

@@ -19,7 +19,7 @@ from carr_jax import cli, train
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENTRY_POINTS = ("carr_jax.train", "carr_jax.sft", "carr_jax.evaluate", "carr_jax.convert",
                 "carr_jax.aot", "carr_jax.expert", "carr_jax.eval_crypto", "judge.server",
-                "judge.rubric_gen", "judge.testing")
+                "judge.rubric_gen", "judge.testing", "carr_jax.shortcut_report")
 SCRIPTS = ("make_world", "launch_sglang", "fetch_tokenizer", "generate_rubrics", "kind_probe",
            "search_copy_eval", "name_copy_probe")
 

@@ -16,7 +16,8 @@ from carr_jax import components
 from carr_jax import model as model_lib
 from carr_jax import sharding
 
-CONFIGS = [("base", None), ("demo_cpu", None), ("kinds_cpu", None)] + [
+CONFIGS = [("base", None), ("demo_cpu", None), ("kinds_cpu", None), ("lookup_cpu", None),
+           ("lookup_cpu", "sft")] + [
     (name, arg) for name in ("cgrpo_qwen3_4b", "cgrpo_qwen3_30b_a3b")
     for arg in ("tpu", "gpu", "tiny", "tpu,grpo")]
 

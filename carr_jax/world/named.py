@@ -125,9 +125,9 @@ def generate_named_questions(g: nx.MultiDiGraph, pages: dict[str, EntityPage],
 KINDS = (on.CITY, on.ORGANIZATION)  # the answers, in order
 
 
-def kind_text(g: nx.MultiDiGraph, subject: str, rel: str) -> str:
+def kind_text(g: nx.MultiDiGraph, subject: str, verb: str) -> str:
+  """The question about what `subject` `verb` ("studied at something") points to."""
   options = " or ".join(f"{on.article(k)} {k}" for k in KINDS)
-  verb = on.RELATIONS[rel].forward.format(x="something")
   return f"{_named(g, subject)} {verb}. Is that {options}? Answer with one word."
 
 
@@ -148,6 +148,6 @@ def generate_kind_questions(g: nx.MultiDiGraph, pages: dict[str, EntityPage],
       raise ValueError(f"made only {i} of {num_questions} kind questions from "
                        f"{g.number_of_nodes()} entities; raise num_entities")
     subject, obj, rel = edges.pop()
-    questions.append(Question((obj, subject), (Hop(rel, False),), ((), ()),
-                              kind_text(g, subject, rel), False, 0))
+    text = kind_text(g, subject, on.RELATIONS[rel].forward.format(x="something"))
+    questions.append(Question((obj, subject), (Hop(rel, False),), ((), ()), text, False, 0))
   return questions

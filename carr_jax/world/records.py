@@ -17,7 +17,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from carr_jax.world import compose, named
+from carr_jax.world import compose, lookup, named
 from carr_jax.world.graph import build_graph
 from carr_jax.world import pages as pages_lib
 from carr_jax.world.pages import EntityPage, render_pages
@@ -79,7 +79,9 @@ def carr_record(qid: str, question: str, label: str, rubrics: list[str],
 
 
 _GENERATORS = {"deep": compose.generate_questions, "named": named.generate_named_questions,
-               "kinds": named.generate_kind_questions}
+               "kinds": named.generate_kind_questions,
+               "lookup": lookup.generate_lookup_questions}
+_KIND_STYLES = ("kinds", "lookup")  # the answer is an entity type; the last questions are held out
 
 
 def _split_by_answer(questions: list[Question], rng: random.Random,
@@ -106,9 +108,11 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   """Builds the whole world from a seed; see the module docstring.
 
   style: "deep" (every entity described by vague clues, `compose.py`), "named" (the head
-  entity named, 1+ hops of single-valued relations, `named.py`) or "kinds" (the entity type a
+  entity named, 1+ hops of single-valued relations, `named.py`), "kinds" (the entity type a
   named entity's relation points to, answerable without tools; hops and shortcut_fraction
-  unused; the held-out split is the last questions, half of each answer, `named.py`);
+  unused; the held-out split is the last questions, half of each answer, `named.py`) or
+  "lookup" (kind questions with glossary pages as evidence, a shortcut_fraction of them
+  answerable without tools, split like "kinds", `lookup.py`);
   locality: see `build_graph`; distractors: distractor sentences per page (0-6; fewer =
   shorter pages, shorter episodes); short_names: see `build_graph`; prompt: "full" (three
   tool schemas, the whole answer-format instruction), "brief" (search and open, a one-line
@@ -138,14 +142,19 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
     pages = {n: pages_lib.marked_page(p, pattern) for n, p in pages.items()}
     questions = [dataclasses.replace(q, text=pages_lib.mark_names(q.text, pattern))
                  for q in questions]
-  if style == "kinds":  # the last questions, whose answers alternate like all the others
+  if style == "lookup":
+    pages = {**pages, **lookup.glossary_pages(graph, questions)}
+  if style in _KIND_STYLES:  # the last questions, whose answers alternate like all the others
     cut = len(questions) - round(eval_fraction * len(questions))
     train_q, eval_q = questions[:cut], questions[cut:]
   else:
     train_q, eval_q = _split_by_answer(questions, rng, eval_fraction)
   records = []
   for i, q in enumerate(train_q + eval_q):
-    gold = compose.gold_annotations(graph, pages, q)
+    if style == "lookup":
+      gold = lookup.gold_annotations(graph, q)
+    else:
+      gold = compose.gold_annotations(graph, pages, q)
     label = gold["entities"]["E0"]["name"]
     if style == "kinds":  # the answer is E0's entity type; naming E0 itself is also right
       label = graph.nodes[q.walk[0]]["type"]

@@ -1,0 +1,68 @@
+"""carr_jax.shortcut_report: the comparison's summary.json, table and plot from real run files.
+
+The run directories are written with the trainer's own writers (`metrics.MetricsWriter` for
+TensorBoard scalars, `heldout.save` for held-out evaluations), so the report reads exactly
+what `carr_jax.train` leaves behind; the expected numbers are worked out here by hand.
+
+  python -m pytest tests/test_shortcut_report.py -q
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from carr_jax import heldout, metrics, shortcut_report
+
+
+def _run(workdir, tool_calls, accuracy, shortcut):
+  """A finished run: per-step scalars, evaluations at step 0 and at the last step."""
+  with metrics.MetricsWriter(os.path.join(workdir, "tb"), process_index=0) as w:
+    for step, calls in enumerate(tool_calls, 1):
+      w.scalars(step, {"judge/outcome_reward_mean": 0.5, "judge/rubric_reward_mean": 0.25,
+                       "rollout/tool_calls": calls, "judge/shortcut_rate": 0.5})
+  for step, acc, rate in ((0, 0.5, 0.5), (len(tool_calls), accuracy, shortcut)):
+    heldout.save(workdir, step, np.array([acc]), 2,
+                 {"eval/accuracy": acc, "eval/shortcut_admitting_rate": rate,
+                  "eval/cited_pages": 1.0 - rate})
+
+
+def test_summary_table_and_plot(tmp_path):
+  steps = 20  # first / last 10% = 2 steps each
+  for seed in (0, 1, 2):
+    _run(str(tmp_path / f"grpo_seed{seed}"), [1.0] * 2 + [0.5] * 16 + [0.0] * 2, 0.9, 0.8)
+    _run(str(tmp_path / f"cgrpo_seed{seed}"), [0.5] * 2 + [0.7] * 16 + [1.0 + seed] * 2,
+         0.9 + 0.01 * seed, 0.1)
+  summary = shortcut_report.write_report(str(tmp_path), wall_s=12.5)
+  assert summary["seeds"] == [0, 1, 2] and summary["wall_time_s"] == 12.5
+  grpo, cgrpo = summary["grpo"], summary["cgrpo"]
+  assert grpo["tool_calls_first"] == [1.0] * 3 and grpo["tool_calls_last"] == [0.0] * 3
+  assert cgrpo["tool_calls_first"] == [0.5] * 3
+  assert cgrpo["tool_calls_last"] == [1.0, 2.0, 3.0]
+  assert cgrpo["heldout_accuracy"] == pytest.approx([0.9, 0.91, 0.92])
+  assert grpo["shortcut_rate"] == [0.8] * 3 and cgrpo["shortcut_rate"] == [0.1] * 3
+  assert cgrpo["cited_pages"] == pytest.approx([0.9] * 3)
+  assert grpo["start_heldout_accuracy"] == [0.5] * 3
+  assert len(cgrpo["runs"][0]["steps"]["tool_calls"]) == steps
+  on_disk = json.loads((tmp_path / "summary.json").read_text())
+  assert on_disk["cgrpo"]["tool_calls_last"] == [1.0, 2.0, 3.0]
+  table = (tmp_path / "table.md").read_text()
+  assert "| tool_calls_last | 0.000 +- 0.000 (0.000, 0.000, 0.000) | 2.000 +- 0.577" in table
+  assert (tmp_path / "shortcuts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unpaired_seeds_are_refused(tmp_path):
+  _run(str(tmp_path / "grpo_seed0"), [1.0], 0.5, 0.5)
+  _run(str(tmp_path / "cgrpo_seed1"), [1.0], 0.5, 0.5)
+  with pytest.raises(ValueError, match="same seeds"):
+    shortcut_report.summarize(str(tmp_path))
+  assert shortcut_report.main([str(tmp_path)]) == 2
+
+
+def test_edge_mean():
+  assert shortcut_report.edge_mean([1.0, 2.0, 3.0], last=False) == 1.0
+  assert shortcut_report.edge_mean([1.0, 2.0, 3.0], last=True) == 3.0
+  assert shortcut_report.edge_mean(list(range(30)), last=True) == 28.0  # 27, 28, 29
+  assert np.isnan(shortcut_report.edge_mean([], last=True))
