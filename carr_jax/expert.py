@@ -51,6 +51,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from carr_jax import cli
+from carr_jax.world.lookup import is_lookup
 from rollout import chat
 from rollout.agent import (RolloutConfig, assistant_message, initial_messages, record_tools,
                            tool_message)
@@ -209,7 +210,7 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
   """One expert trajectory record for a synthetic-world CaRR record (see module docstring)."""
   start = time.perf_counter()
   gold = _gold(record)
-  lookup_question = "term" in gold  # the "lookup" world (carr_jax/world/lookup.py)
+  lookup_question = is_lookup(gold)
   if cfg.answer != "guess" and lookup_question != (cfg.answer == "lookup"):
     raise ExpertError(f"record {record.get('id')!r}: the expert's answer={cfg.answer!r} is "
                       f"{'not ' if lookup_question else ''}for lookup questions")

@@ -92,13 +92,15 @@ async def _expert_records(records: Sequence[Mapping], backend, fmt, cfg) -> list
 def expert_token_ids(records: Sequence[Mapping], corpus: Sequence[Mapping], fmt,
                      expert_configs: Sequence | None = None) -> set[int]:
   """(b): the loss-mask-1 tokens of the expert's episodes on `records`, for each config."""
-  from rollout.tools.corpus import CorpusBackend
   from carr_jax.expert import ExpertConfig
+  from carr_jax.world.lookup import is_lookup
+  from rollout.tools.corpus import CorpusBackend
   backend = CorpusBackend.from_records(corpus)
-  lookups = [r for r in records if "term" in (r.get("metadata") or {}).get("gold", {})]
-  others = [r for r in records if "term" not in (r.get("metadata") or {}).get("gold", {})]
+  lookup = [is_lookup((r.get("metadata") or {}).get("gold") or {}) for r in records]
+  others = [r for r, is_lk in zip(records, lookup) if not is_lk]
   runs = [(others, cfg) for cfg in dict.fromkeys(expert_configs or default_expert_configs())]
-  runs.append((lookups, ExpertConfig(search_results=1, answer="lookup")))
+  runs.append(([r for r, is_lk in zip(records, lookup) if is_lk],
+               ExpertConfig(search_results=1, answer="lookup")))
   out: set[int] = set()
   for chosen, cfg in runs:
     for traj in asyncio.run(_expert_records(chosen, backend, fmt, cfg)):

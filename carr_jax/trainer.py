@@ -318,7 +318,8 @@ class Trainer:
                                                 self.config.reward.shortcut_threshold))
         batch, batch_metrics = self.build_batch(groups, breakdowns)
         metrics.update(batch_metrics)
-        rollout_tokens = sum(len(t["token_ids"]) for t in flat)
+        rollout_tokens = sum(len(t["token_ids"]) for t in flat)  # prompts, turns, tool output
+        sampled_tokens = sum(sum(t["loss_mask"]) for t in flat)
       batch = share_batch(batch)
       t1 = time.perf_counter()
       if batch is not None:
@@ -336,6 +337,7 @@ class Trainer:
         metrics.update({
             "perf/train_s": t2 - t1, "perf/sync_s": t3 - t2, "perf/step_time_s": t3 - t0,
             "perf/rollout_tokens_per_s": rollout_tokens / max(metrics["perf/rollout_s"], 1e-9),
+            "perf/sampled_tokens_per_s": sampled_tokens / max(metrics["perf/rollout_s"], 1e-9),
             "perf/train_tokens_per_s": metrics.get("train/packing_loss_tokens", 0.0)
             / max(t2 - t1, 1e-9)})
         self.writer.scalars(step + 1, metrics)

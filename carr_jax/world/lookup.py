@@ -41,6 +41,11 @@ _CODE = re.compile(r" has (link \d+) to something\.")
 _PUBLISHED = "2020-01-01"
 
 
+def is_lookup(gold: dict) -> bool:
+  """Whether `metadata.gold` is a lookup question's (it names the glossary term)."""
+  return "term" in gold
+
+
 def question_term(q: Question) -> str:
   """The glossary term of a lookup question: its link ("link 417") or relation ("studied at")."""
   code = _CODE.search(q.text)
