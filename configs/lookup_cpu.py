@@ -18,8 +18,9 @@ glossary page explains (no shortcut on held-out ones: each number is asked once)
 offers browser.search and browser.open, and the judge's rubric reward is 1 only for an
 answer that cites the glossary page it found. The cold start (`:sft`) imitates the "lookup"
 expert, which searches on every coded question and on every other sample of a plain one, so
-the policy starts out searching on about half of the plain questions: whether RL then keeps
-the search (the cited answer) or drops it (the shortcut) is what the comparison measures.
+the policy starts out searching on part of the plain questions (measured: 70% of samples,
+docs/results.md): whether RL then keeps the search (the cited answer) or drops it (the
+shortcut) is what the comparison measures.
 """
 from configs import base
 

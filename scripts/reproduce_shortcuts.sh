@@ -6,7 +6,17 @@
 # 1. cold-start SFT once into OUT_DIR/sft;
 # 2. for each seed, both methods into OUT_DIR/grpo_seed<k> and OUT_DIR/cgrpo_seed<k>;
 # 3. OUT_DIR/summary.json, OUT_DIR/table.md and OUT_DIR/shortcuts.png
-#    (python -m carr_jax.shortcut_report; its docstring defines every metric).
+#    (python -m carr_jax.shortcut_report; its --help has the metrics' full definitions).
+# Metrics, per run (summary.json: per method, one value per seed, and the wall time):
+#   heldout_accuracy   avg@2 outcome accuracy on 64 held-out questions after the last step
+#   shortcut_rate      on those held-out questions that admit a shortcut: the share of right
+#                      answers whose rubric reward is below 0.5 (right without citing the page)
+#   tool_calls_first / tool_calls_last
+#                      tool calls per training episode, mean over the first / last 10% of steps
+#   cited_pages        distinct cited URLs per held-out episode after the last step
+# Per step (TensorBoard, the plot): outcome and rubric reward, tool calls per episode and the
+# shortcut rate of the training rollouts; held-out accuracy every 10 steps.
+# Measured (docs/results.md): ~55 min on 2 cores (SFT 8.5 min, each RL run ~7.7 min).
 # Every run resumes when rerun (a finished one is not redone).
 #   CARR_JAX_SEEDS   the seeds (default "0 1 2")
 # Extra args go to every RL run, e.g. --config.train.num_steps=10.

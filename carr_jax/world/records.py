@@ -53,7 +53,7 @@ _PROMPTS = {"full": (lambda q: q + RESPONSE_FORMAT_SUFFIX, tool_schemas),
 class World:
   seed: int
   graph: nx.MultiDiGraph
-  pages: dict[str, EntityPage]  # node id -> page
+  pages: dict[str, EntityPage]  # node id -> page ("lookup": also "glossary:<term>" -> page)
   questions: list[Question]  # in id order: train first, then eval
   train: list[dict]  # CaRR records
   eval: list[dict]
