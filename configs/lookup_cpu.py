@@ -21,6 +21,13 @@ expert, which searches on every coded question and on every other sample of a pl
 the policy starts out searching on part of the plain questions (measured: 70% of samples,
 docs/results.md): whether RL then keeps the search (the cited answer) or drops it (the
 shortcut) is what the comparison measures.
+
+The main job (`bash scripts/demo.sh`) uses the same world with `:sft_main`, whose expert
+guesses its tool-free answers (`sft.expert_known_fraction` 0: a plain question's unsearched
+sample names an option drawn at random), so the cold start answers right when it searches
+and about half the time when it does not; then C-GRPO (`:main`, held-out avg@4 at the start and the end)
+learns from the reward to search. Measured (docs/results.md): held-out avg@4 0.77 -> 0.99,
+tool calls per episode 0.66 -> 1.00.
 """
 from configs import base
 
@@ -48,10 +55,10 @@ def lookup_world(c) -> None:
 
 
 def get_config(arg=None):
-  """`arg` "sft": the cold start (see the module docstring)."""
+  """`arg` "sft": the comparison's cold start; "sft_main" / "main": the main job's (below)."""
   c = base.get_config()
   lookup_world(c)
-  if arg == "sft":
+  if arg in ("sft", "sft_main"):
     from configs.sft_demo_cpu import sft_section
     c.sft = sft_section()
     c.sft.data = "expert"
@@ -59,7 +66,8 @@ def get_config(arg=None):
     c.sft.expert_search_results = 1
     c.sft.expert_max_hops = 1
     c.sft.expert_samples = 2  # a plain question: one cited reply and one shortcut
-    c.sft.expert_known_fraction = 1.0
+    # the comparison: every answer right; the main job: tool-free answers are guesses
+    c.sft.expert_known_fraction = 1.0 if arg == "sft" else 0.0
     c.sft.batch_size = 16
     c.sft.epochs = 20
     c.sft.num_steps = 400  # the tool call's JSON is well formed in ~95% of samples
@@ -67,8 +75,9 @@ def get_config(arg=None):
     c.optim.warmup_steps = 5
     c.checkpoint.every = 50
     return c
-  if arg:
-    raise ValueError(f"unknown variant {arg!r} of configs/lookup_cpu.py; known: sft")
+  if arg not in (None, "main"):
+    raise ValueError(f"unknown variant {arg!r} of configs/lookup_cpu.py; known: sft, sft_main, "
+                     "main")
   c.data.prompts_per_step = 8
   c.data.group_size = 8
   c.optim.learning_rate = 3e-4
@@ -78,4 +87,7 @@ def get_config(arg=None):
   c.train.eval_questions = 64
   c.train.eval_samples = 2
   c.checkpoint.every = 10
+  if arg == "main":  # held-out avg@4 at the start and the end only
+    c.train.eval_every = 30
+    c.train.eval_samples = 4
   return c
