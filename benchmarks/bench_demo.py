@@ -1,12 +1,13 @@
 """Wall time per step of a CPU demo, split by phase, and its scaling with G and prompts.
 
-Runs the real trainer (`--config`: configs/demo_cpu.py, the tool-using demo, or
-configs/kinds_cpu.py, the main job) for `--steps` steps per setting in a fresh process each
-and reports the LAST step's phase times (earlier steps include compilation): rollout
-(in-process engine + BM25 tools), judge (gold backend), train (old log-probs + jitted step) and
-sync (in-memory weight update). Settings: prompts_per_step x group_size. The peer for the
-scaling columns is the smallest setting measured in the same run: the ratio "time /
-(trajectories ratio)" shows how far from linear each phase scales.
+Runs the real trainer (`--config`: configs/demo_cpu.py, the multi-hop demo,
+configs/kinds_cpu.py, the tool-free job, or configs/lookup_cpu.py, the main job) for
+`--steps` steps per setting in a fresh process each and reports the LAST step's phase times
+(earlier steps include compilation): rollout (in-process engine + BM25 tools), judge (gold
+backend), train (old log-probs + jitted step) and sync (in-memory weight update). Settings:
+prompts_per_step x group_size. The peer for the scaling columns is the smallest setting
+measured in the same run: the ratio "time / (trajectories ratio)" shows how far from linear
+each phase scales.
 
     .venv/bin/python benchmarks/bench_demo.py [--steps 3] [--settings 1x2 2x2 2x4 4x4]
         [--init_dir SFT_RUN/checkpoints]   # start from a cold-start SFT policy

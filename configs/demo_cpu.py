@@ -4,8 +4,8 @@
         [--config.checkpoint.init_dir=workdir/sft/checkpoints]   # configs/sft_demo_cpu.py
     tensorboard --logdir workdir/demo/tb --host 127.0.0.1
 
-The tool-using demo (the main job, `scripts/demo.sh`, runs configs/kinds_cpu.py, which
-learns). Start it from the cold-start SFT of configs/sft_demo_cpu.py; without
+The multi-hop tool-using demo (the main job, `scripts/demo.sh`, runs configs/lookup_cpu.py,
+which learns). Start it from the cold-start SFT of configs/sft_demo_cpu.py; without
 `checkpoint.init_dir` the policy is random. Everything runs in-process on the CPU: the
 synthetic deep-search world (questions, pages, rubrics), the in-process JAX sampler, offline
 BM25 browser tools and the GOLD judge (which reads the world's gold annotations; it exists

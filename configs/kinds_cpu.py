@@ -1,4 +1,4 @@
-"""The main job's world: the smallest one on which C-GRPO visibly learns on 2 CPU cores.
+"""The tool-free job: the smallest world on which C-GRPO visibly learns on 2 CPU cores.
 
     python -m carr_jax.sft --config configs/kinds_cpu.py:sft --workdir workdir/demo/sft
     python -m carr_jax.sft --config configs/kinds_cpu.py:sft_noisy \
@@ -6,7 +6,8 @@
     python -m carr_jax.train --config configs/kinds_cpu.py --workdir workdir/demo/rl \
         --config.checkpoint.init_dir=workdir/demo/sft_noisy/checkpoints
 
-(`bash scripts/demo.sh` runs all three.) Kind questions (`data.world_style="kinds"`,
+(The main job, `bash scripts/demo.sh`, is configs/lookup_cpu.py, with the browser tools;
+this one takes 3 minutes.) Kind questions (`data.world_style="kinds"`,
 carr_jax/world/named.py): "X, a painter, studied at something. Is that a city or an
 organization? Answer with one word." The relation decides the answer (5 relations), the two
 answers come in equal numbers, and nothing needs a tool, so this checks the learning loop

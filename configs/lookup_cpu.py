@@ -1,4 +1,4 @@
-"""The shortcut comparison's world: GRPO vs C-GRPO in miniature on 2 CPU cores.
+"""The main job's world, and the shortcut comparison's (GRPO vs C-GRPO in miniature).
 
     bash scripts/reproduce_shortcuts.sh [OUT_DIR]
 
@@ -25,8 +25,8 @@ shortcut) is what the comparison measures.
 The main job (`bash scripts/demo.sh`) uses the same world with `:sft_main`, whose expert
 guesses its tool-free answers (`sft.expert_known_fraction` 0: a plain question's unsearched
 sample names an option drawn at random), so the cold start answers right when it searches
-and about half the time when it does not; then C-GRPO (`:main`, held-out avg@4 at the start and the end)
-learns from the reward to search. Measured (docs/results.md): held-out avg@4 0.77 -> 0.99,
+and about half the time when it does not; then C-GRPO (`:main`, held-out avg@4 at the start
+and the end) learns from the reward to search. Measured (docs/results.md): held-out avg@4 0.77 -> 0.99,
 tool calls per episode 0.66 -> 1.00.
 """
 from configs import base
