@@ -23,12 +23,14 @@ import tempfile
 
 from common import REPO
 
+sys.path.insert(0, REPO)
+from carr_jax.metrics import read_scalars  # noqa: E402
+
 PHASES = ("perf/rollout_s", "perf/judge_s", "perf/train_s", "perf/sync_s", "perf/step_time_s")
 
 
 def run_setting(config: str, prompts: int, group: int, steps: int,
                 init_dir: str) -> dict[str, float]:
-  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
   workdir = tempfile.mkdtemp(prefix="bench_demo_")
   cmd = [sys.executable, "-m", "carr_jax.train", "--config", config,
          "--workdir", workdir, f"--config.data.prompts_per_step={prompts}",
@@ -38,9 +40,8 @@ def run_setting(config: str, prompts: int, group: int, steps: int,
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
   env.pop("XLA_FLAGS", None)
   subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
-  acc = EventAccumulator(os.path.join(workdir, "tb"), size_guidance={"scalars": 0})
-  acc.Reload()
-  return {k: acc.Scalars(k)[-1].value for k in PHASES}
+  series = read_scalars(os.path.join(workdir, "tb"), {k: k for k in PHASES})
+  return {k: values[-1] for k, values in series.items()}
 
 
 def main() -> None:

@@ -8,6 +8,8 @@ validates its input (so a bad key fails on every host alike) and then does nothi
 Keys are grouped by prefix (`train/`, `rollout/`, `judge/`, `perf/`, `eval/`); any other key
 is an error, so TensorBoard's tag groups stay the five sections the trainer reports.
 
+`read_scalars(logdir, tags)` reads scalar series back (reports, benchmarks).
+
 Helpers: `check_finite` stops training on a non-finite loss or gradient with an error naming
 the keys; `Progress.line` / `format_summary` is the one-line console view of a step (step
 N/M, ETA); `redact` masks secrets in a config before it is written anywhere
@@ -321,3 +323,14 @@ class MetricsWriter:
 
   def __exit__(self, *exc_info: Any) -> None:
     self.close()
+
+
+def read_scalars(logdir: str, tags: Mapping[str, str]) -> dict[str, list[float]]:
+  """name -> the values of TensorBoard scalar `tags[name]` under `logdir`, in step order
+  ([] for a tag never written)."""
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+  events = EventAccumulator(logdir, size_guidance={"scalars": 0})
+  events.Reload()
+  have = set(events.Tags()["scalars"])
+  return {name: [e.value for e in sorted(events.Scalars(tag), key=lambda e: e.step)]
+          if tag in have else [] for name, tag in tags.items()}

@@ -35,23 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from carr_jax import cli, heldout
+from carr_jax import cli, heldout, metrics
 
 METHODS = ("grpo", "cgrpo")
 STEP_TAGS = {"outcome_reward": "judge/outcome_reward_mean",
              "rubric_reward": "judge/rubric_reward_mean",
              "tool_calls": "rollout/tool_calls", "shortcut_rate": "judge/shortcut_rate"}
 _RUN = re.compile(r"^(?P<method>[a-z]+)_seed(?P<seed>\d+)$")
-
-
-def read_scalars(tb_dir: str, tags: dict[str, str]) -> dict[str, list[float]]:
-  """name -> values in step order of each TensorBoard scalar tag (missing tags: [])."""
-  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-  events = EventAccumulator(tb_dir, size_guidance={"scalars": 0})
-  events.Reload()
-  have = set(events.Tags()["scalars"])
-  return {name: [e.value for e in sorted(events.Scalars(tag), key=lambda e: e.step)]
-          if tag in have else [] for name, tag in tags.items()}
 
 
 def edge_mean(values: list[float], last: bool, share: float = 0.1) -> float:
@@ -64,7 +54,7 @@ def edge_mean(values: list[float], last: bool, share: float = 0.1) -> float:
 
 def run_summary(workdir: str) -> dict[str, Any]:
   """The metrics of the module docstring for one run."""
-  steps = read_scalars(os.path.join(workdir, "tb"), STEP_TAGS)
+  steps = metrics.read_scalars(os.path.join(workdir, "tb"), STEP_TAGS)
   evals = heldout.load_all(workdir)
   if not evals:
     raise ValueError(f"{workdir}: no held-out evaluation (eval/step_*.json)")
