@@ -3,7 +3,7 @@
 Both sides run the same preset's `Qwen3` body on one packed row of T tokens (one segment),
 fp32, and differentiate a sum of the hidden states; only `Qwen3Config.attention` differs:
 - "dense": the [B, K, G, T, S] fp32 scores at once (the reference, the peer);
-- "blockwise": online softmax over blocks of `carr_jax.attention.BLOCK`, own backward pass.
+- "blockwise": online softmax over blocks of `carr_jax.model.attention.BLOCK`, own backward pass.
 Each side runs in its own process; times are medians after compilation, memory is XLA's
 `memory_analysis()` of the compiled gradient (temporaries).
 
@@ -24,8 +24,8 @@ def side(args) -> dict:
   sys.path.insert(0, REPO)
   import jax
   import jax.numpy as jnp
-  from carr_jax import model as model_lib
-  from carr_jax.model_config import get_preset
+  from carr_jax.model import qwen3 as model_lib
+  from carr_jax.model.config import get_preset
   cfg = get_preset(args.preset, attention=args.side)
   params = model_lib.init_params(cfg, jax.random.key(0))
   out = {"impl": args.side}

@@ -24,7 +24,7 @@ import tempfile
 from common import REPO
 
 sys.path.insert(0, REPO)
-from carr_jax.metrics import read_scalars  # noqa: E402
+from carr_jax.runs.metrics import read_scalars  # noqa: E402
 
 PHASES = ("perf/rollout_s", "perf/judge_s", "perf/train_s", "perf/sync_s", "perf/step_time_s")
 

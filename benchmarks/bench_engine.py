@@ -38,9 +38,9 @@ def prompts_for(args, vocab_size: int) -> np.ndarray:
 
 
 def side_jax(args):
-  from carr_jax import hf_io
+  from carr_jax.model import hf_io
   from rollout.engines.base import SamplingParams
-  from rollout.engines.jax_engine import JaxEngine
+  from carr_jax.model.engine import JaxEngine
   cfg, params = hf_io.load_hf(args.model_dir)
   engine = JaxEngine(params, cfg, max_batch=args.batch)
   sampling = SamplingParams(temperature=0.0, max_new_tokens=args.new_tokens, stop_token_ids=())
@@ -58,7 +58,8 @@ def side_jax(args):
 def side_jax_steps(args):
   import jax
   import jax.numpy as jnp
-  from carr_jax import decode, hf_io
+  from carr_jax.model import decode
+  from carr_jax.model import hf_io
   cfg, params = hf_io.load_hf(args.model_dir)
   b = args.batch
   prompts = jnp.asarray(prompts_for(args, cfg.vocab_size), jnp.int32)
@@ -122,9 +123,9 @@ def serve_side(args) -> None:
 def write_checkpoint(preset: str, out_dir: str) -> None:
   import jax
   import jax.numpy as jnp
-  from carr_jax import hf_io
-  from carr_jax import model as model_lib
-  from carr_jax.model_config import get_preset
+  from carr_jax.model import hf_io
+  from carr_jax.model import qwen3 as model_lib
+  from carr_jax.model.config import get_preset
   cfg = get_preset(preset)
   params = jax.jit(model_lib.init_params, static_argnums=0)(cfg, jax.random.key(0))
   rng = np.random.default_rng(1)

@@ -1,7 +1,7 @@
 """Chunked vs full-logit token log-probs: peak memory, time and values (forward + backward).
 
 Peer: the plain implementation, `log_softmax(hidden @ unembed / temp)[targets]`, which holds
-[T, V] fp32 logits (and their softmax and gradient) at once. Ours: `carr_jax.loss.
+[T, V] fp32 logits (and their softmax and gradient) at once. Ours: `carr_jax.rl.loss.
 chunked_token_logprobs`. Both are differentiated w.r.t. hidden and unembed.
 
 Memory is measured two ways and labelled in the output:
@@ -45,7 +45,7 @@ def step_fn(variant: str, chunk: int):
   """Jitted (hidden, unembed, targets, cot) -> (logprobs, d hidden, d unembed)."""
   jax = _jax()
   import jax.numpy as jnp
-  from carr_jax.loss import chunked_token_logprobs
+  from carr_jax.rl.loss import chunked_token_logprobs
 
   def full(h, w, y):
     logits = jnp.einsum("btd,dv->btv", h, w, preferred_element_type=jnp.float32)

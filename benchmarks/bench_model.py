@@ -25,8 +25,8 @@ def run_jax(args) -> dict:
   import jax
   import jax.numpy as jnp
   import numpy as np
-  from carr_jax import model as M
-  from carr_jax.model_config import get_preset
+  from carr_jax.model import qwen3 as M
+  from carr_jax.model.config import get_preset
   cfg = get_preset("bench_50m")
   params = M.init_params(cfg, jax.random.key(0))
   rng = np.random.default_rng(0)

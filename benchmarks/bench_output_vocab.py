@@ -37,10 +37,12 @@ def side(args) -> dict:
   sys.path.insert(0, REPO)
   import jax
   import jax.numpy as jnp
-  from carr_jax import decode, packing, sharding
-  from carr_jax import loss as loss_lib
-  from carr_jax import train_step as ts
-  from carr_jax.model_config import get_preset
+  from carr_jax.model import decode
+  from carr_jax.rl import packing
+  from carr_jax.model import sharding
+  from carr_jax.rl import loss as loss_lib
+  from carr_jax.rl import train_step as ts
+  from carr_jax.model.config import get_preset
   rng = np.random.default_rng(0)
   cfg = get_preset(args.preset)
   ids = np.sort(rng.choice(cfg.vocab_size, args.ids, replace=False)).astype(np.int64)

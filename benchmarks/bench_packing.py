@@ -3,7 +3,7 @@
 Simulates `--steps` training batches of `--batch` trajectories (16 prompts x 8 rollouts in
 the paper) whose lengths follow a long-tailed distribution like deep-search episodes:
 lognormal with median 8k tokens, sigma 0.9, clipped to [1k, 60k], everything divided by
-`--scale` so it runs fast. Each batch is packed by `carr_jax.packing.pack_trajectories`
+`--scale` so it runs fast. Each batch is packed by `carr_jax.rl.packing.pack_trajectories`
 with the paper-scale buckets (4k .. 64k) divided by the same scale, rows a multiple of
 `--row-multiple`.
 
@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from carr_jax import packing as pk  # noqa: E402
+from carr_jax.rl import packing as pk  # noqa: E402
 
 PAPER_BUCKETS = (4096, 8192, 16384, 32768, 65536)
 

@@ -26,10 +26,10 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from carr_jax import hf_io  # noqa: E402
+from carr_jax.model import hf_io  # noqa: E402
+from carr_jax.model.engine import JaxEngine  # noqa: E402
 from rollout.engines import SamplingParams, SGLangEngine  # noqa: E402
 from rollout.engines import sglang_launcher  # noqa: E402
-from rollout.engines.jax_engine import JaxEngine  # noqa: E402
 from tests.sglang_server import make_tiny_qwen3  # noqa: E402
 
 

@@ -3,7 +3,7 @@
 Both sides take one optimizer step (AdamW) of the token-level clipped GRPO loss (Eq. 15,
 eps 0.2 / 0.28, loss only on generated tokens, normalized by their global count) on the same
 ~50M-parameter Qwen3 (`bench_50m`), the same [R, S] batch of packed rows, fp32.
-- carr_jax: `carr_jax.train_step.make_train_step` (chunked log-probs, scanned micro-batches),
+- carr_jax: `carr_jax.rl.train_step.make_train_step` (chunked log-probs, scanned micro-batches),
   with logits at every slot ("jax") and only at the loss slots ("jax_gather",
   `batch.loss_positions_multiple` 128, the trainer's default path).
 - peer: transformers' Qwen3ForCausalLM + the same loss written in torch the way TRL's GRPO
@@ -58,11 +58,11 @@ def _timed(fn) -> float:
 def run_jax(args, gather: bool) -> dict:
   sys.path.insert(0, REPO)
   import jax
-  from carr_jax import loss as loss_lib
-  from carr_jax import packing
-  from carr_jax import sharding
-  from carr_jax import train_step as ts
-  from carr_jax.model_config import get_preset
+  from carr_jax.rl import loss as loss_lib
+  from carr_jax.rl import packing
+  from carr_jax.model import sharding
+  from carr_jax.rl import train_step as ts
+  from carr_jax.model.config import get_preset
   cfg = get_preset("bench_50m")
   tokens, mask, adv, old = make_batch(args.rows, args.seq, cfg.vocab_size, args.gen_fraction)
   batch = {"tokens": tokens, "positions": np.tile(np.arange(args.seq), (args.rows, 1)),

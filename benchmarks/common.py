@@ -55,7 +55,7 @@ def hf_qwen3(preset: str):
   import torch
   import transformers
   sys.path.insert(0, REPO)
-  from carr_jax.model_config import get_preset
+  from carr_jax.model.config import get_preset
   c = get_preset(preset)
   hf = transformers.Qwen3Config(
       vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_hidden_layers=c.num_layers,

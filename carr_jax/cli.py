@@ -19,6 +19,7 @@ import ast
 import difflib
 import importlib.util
 import inspect
+import os
 import pathlib
 import sys
 from typing import Any, Callable, Sequence
@@ -200,6 +201,19 @@ def parser(prog: str, description: str, config: str | None = None) -> argparse.A
   p.add_argument("--debug", action="store_true",
                  help="show the traceback of a config or usage error")
   return p
+
+
+def add_multihost_flag(p: argparse.ArgumentParser) -> None:
+  """--multihost, for the entry points that train (one process per host)."""
+  p.add_argument("--multihost", action="store_true",
+                 help="call jax.distributed.initialize() first (one process per host)")
+
+
+def init_multihost(args: argparse.Namespace) -> None:
+  """jax.distributed.initialize() when --multihost is given or JAX_COORDINATOR_ADDRESS is set."""
+  if args.multihost or os.environ.get("JAX_COORDINATOR_ADDRESS"):
+    import jax
+    jax.distributed.initialize()
 
 
 def setup_logging(verbose: bool) -> None:

@@ -1,288 +1,22 @@
-"""A scripted expert for the synthetic world: gold-guided episodes for cold-start SFT.
+"""Entry point: `python -m carr_jax.expert`; flags and `main()` only.
 
-    python -m carr_jax.expert --config configs/demo_cpu.py --out expert.jsonl [--split train]
-
-prints the gold judge's mean outcome and rubric reward of the episodes it wrote.
-
-The expert knows the world's gold annotations (`metadata.gold`, docs/design.md section 3) and
-walks the question's chain hop by hop through a real `BrowserSession` over the world corpus,
-from the head entity En (the one the question describes first) inward to the answer E0:
-
-  search the entity's name -> open the result that is its page (by result number, or by URL
-  when the search did not list it) -> find the next entity's name on that page, when it is
-  there (the link the next hop follows; optional)
-
-then answers in the requested format: the evidence sentence of every rubric, each followed by
-a `[[n](url)]` citation of the page it was read on (only pages it opened), the answer's name
-under `## Exact Answer`, and the cited pages under `## References`. Its episodes therefore
-score outcome 1 and rubric reward 1 with the gold judge (tests/test_expert.py). It does not
-work out the head entity from the question's clues: it looks it up by its gold name, so it
-demonstrates the format and the search / open / find / cite procedure, not the reasoning.
-
-`answer="guess"` is a format-only cold start for questions that list their answer options
-(`metadata.gold.options`, the "kinds" world): no reasoning, no tool call, one reply whose exact
-answer is an option drawn at random: as many samples of a record as it has options give each
-option once, so the policy learns the reply format and nothing about which option is right;
-RL has to learn that. With `known_fraction` f the expert knows the right option of a seeded
-fraction f of the records and gives it in every sample: a noisy expert, right on
-f + (1 - f) / K of its replies, whom RL can surpass (configs/kinds_cpu.py).
-
-`answer="lookup"` is for the "lookup" world (carr_jax/world/lookup.py): on a coded question,
-and on every other sample of a plain one, it searches "glossary <term>" (one result) and
-answers the kind the glossary states, citing its page; on the other samples of a plain
-question it answers like "guess" (no tool, `known_fraction` applies). So the policy sees both
-ways to answer a plain question, the cited one and the shortcut.
-
-Episodes are trajectory records (docs/design.md section 2) built token by token the way the
-agent loop builds them (prompt ids, each turn's canonical completion with loss mask 1,
-observation ids with loss mask 0), so `carr_jax.sft` trains on them as on a dumped rollout.
-`rollout_logprobs` are 0.0 and `weight_version` is "expert": nothing was sampled.
+The scripted expert is `carr_jax.world.expert`, whose docstring documents this command.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
-import random
 import sys
-import time
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 from carr_jax import cli
-from carr_jax.world.lookup import is_lookup
+from carr_jax.world import expert as lib
+from carr_jax.world.expert import ExpertConfig, expert_trajectories, search_examples
 from rollout import chat
-from rollout.agent import (RolloutConfig, assistant_message, initial_messages, record_tools,
-                           tool_message)
-from rollout.tools import Backend, BrowserSession
-from rollout.trajectory import Trajectory
-
-EXPERT_VERSION = "expert"
-# The expert's reasoning: one short fixed sentence per kind of step, no word repeated (small
-# models loop on repeats). Names live in the tool arguments only, so a small policy can learn
-# the format without inventing prose.
-SEARCH_THOUGHT = "Look up the next entity."
-OPEN_THOUGHT = "Open its page."
-FIND_THOUGHT = "Find where this page names the next entity."
-ANSWER_THOUGHT = "Every hop is confirmed; write the cited answer."
-GLOSSARY_THOUGHT = "Check the glossary."
-
-
-class ExpertError(RuntimeError):
-  """The expert could not follow its plan (a record without gold, a gold page it cannot open)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ExpertConfig:
-  search_results: int = 3  # `num` of every search: the name query ranks the page first
-  use_find: bool = True  # confirm each hop's link with browser.find before moving on
-  answer: str = "evidence"  # "evidence" (rubric sentences, cited) | "brief" | "guess" |
-  # "lookup" (below)
-  known_fraction: float = 0.0  # "guess", "lookup": records whose right option the expert gives
-
-
-@dataclasses.dataclass
-class _Episode:
-  """The growing episode: a Trajectory (tokens, mask) and the session it browses with."""
-  traj: Trajectory
-  session: BrowserSession
-  fmt: chat.ChatFormat
-  turns: int = 0
-
-  async def act(self, reasoning: str, name: str, arguments: dict) -> Any:
-    """One assistant turn with one tool call, run for real; returns the ToolResult."""
-    turn = chat.AssistantTurn(reasoning, "", (chat.ToolCall(name, arguments),))
-    generated = self.fmt.encode(
-        chat.completion_text(reasoning, "", [{"name": name, "arguments": arguments}]))
-    self.traj.add_generated(generated, [0.0] * len(generated), EXPERT_VERSION)
-    call_id = f"call_{self.turns}_0"
-    self.traj.history.append(assistant_message(turn, [call_id]))
-    result = await self.session.call(name, arguments)
-    self.traj.count_tool(result.kind, None if result.ok else (result.error or "error"))
-    self.traj.add_observation(self.fmt.observation_ids([result.text], generated))
-    self.traj.history.append(tool_message([call_id], [result.text]))
-    self.turns += 1
-    return result
-
-  def answer(self, reasoning: str, content: str) -> None:
-    generated = self.fmt.encode(chat.completion_text(reasoning, content))
-    self.traj.add_generated(generated, [0.0] * len(generated), EXPERT_VERSION)
-    self.traj.history.append(
-        assistant_message(chat.AssistantTurn(reasoning, content, ()), []))
-    self.traj.finish("completed")
-
-
-def _gold(record: Mapping) -> dict:
-  gold = (record.get("metadata") or {}).get("gold")
-  if not isinstance(gold, Mapping) or not isinstance(gold.get("entities"), Mapping):
-    raise ExpertError(f"record {record.get('id')!r} has no metadata.gold.entities: the expert "
-                      "only solves synthetic-world questions")
-  return gold
-
-
-def _result_number(session: BrowserSession, url: str) -> int | None:
-  for k, hit in enumerate(session.results or ()):
-    if hit.url == url:
-      return k
-  return None
-
-
-async def _visit(ep: _Episode, entity: Mapping, next_entity: Mapping | None,
-                 cfg: ExpertConfig) -> None:
-  """search -> open -> (find) for one entity of the chain."""
-  name, url = entity["name"], entity["url"]
-  await ep.act(SEARCH_THOUGHT, "browser.search", {"query": name, "num": cfg.search_results})
-  number = _result_number(ep.session, url)
-  opened = await ep.act(OPEN_THOUGHT, "browser.open", {"id": url if number is None else number})
-  if not opened.ok:
-    raise ExpertError(f"could not open the gold page {url}: {opened.text[:200]}")
-  if cfg.use_find and next_entity is not None:
-    target = next_entity["name"]
-    if target.casefold() in ep.session.page_text.casefold():
-      await ep.act(FIND_THOUGHT, "browser.find", {"pattern": target})
-
-
-def final_answer(gold: Mapping, opened_urls: Sequence[str], style: str = "evidence") -> str:
-  """The three-section reply: evidence with [[n](url)] citations, exact answer, references.
-
-  "evidence" states each rubric's evidence sentence with its citation; "brief" names each
-  cited page's entity once, with its citation (the judge reads the cited pages themselves,
-  so both earn the same rubric reward; brief answers are short enough for a tiny policy).
-  """
-  if style not in ("evidence", "brief"):
-    raise ExpertError(f"expert answer style must be 'evidence' or 'brief', got {style!r}")
-  names = {e["url"]: e["name"] for e in gold["entities"].values()}
-  cited: list[str] = []
-  lines = []
-  for url in opened_urls:  # chain order: the head's page first
-    evidence = [r["evidence"] for r in gold["rubrics"] if r["url"] == url]
-    if not evidence:
-      continue
-    cited.append(url)
-    if style == "brief":
-      evidence = [names[url]]
-    lines += [f"{sentence} [[{len(cited)}]({url})]" for sentence in evidence]
-  answer = gold["entities"]["E0"]["name"]
-  references = "\n".join(f"{k}. {url}" for k, url in enumerate(cited, 1))
-  return ("## Explanation with Citations\n" + "\n".join(lines)
-          + f"\n\n## Exact Answer\n{answer}\n\n## References\n{references}")
-
-
-def guess_answer(gold: Mapping, record_id: str, sample_index: int, label: str = "",
-                 known_fraction: float = 0.0) -> str:
-  """A reply whose exact answer is option (r + sample_index) mod K of `gold["options"]`, r
-  drawn uniformly once per record: K samples of a record give every option once. A record
-  is known with probability `known_fraction` (drawn from its id too); then every sample
-  answers `label`, which must be one of the options."""
-  options = gold.get("options")
-  if not isinstance(options, list) or not options:
-    raise ExpertError("the guess answer needs metadata.gold.options (the 'kinds' world)")
-  rng = random.Random(record_id)
-  first = rng.randrange(len(options))
-  if known_fraction > 0.0 and rng.random() < known_fraction:
-    if label not in options:
-      raise ExpertError(f"record {record_id}: label {label!r} is not one of its options {options}")
-    return f"## Exact Answer\n{label}"
-  return f"## Exact Answer\n{options[(first + sample_index) % len(options)]}"
-
-
-def looks_up(gold: Mapping, record_id: str, sample_index: int) -> bool:
-  """Whether the "lookup" expert searches: always on a coded question (no shortcut), on
-  samples of one parity (drawn per record) on a plain one."""
-  if not gold.get("shortcut"):
-    return True
-  return (random.Random(f"{record_id}/search").randrange(2) + sample_index) % 2 == 0
-
-
-def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
-  """The kind the glossary page states, citing the page (which must be the first result)."""
-  url = gold["entities"]["E0"]["url"]
-  if _result_number(session, url) != 0:
-    raise ExpertError(f"the glossary page {url} is not the first search result")
-  kind = gold["entities"]["E0"]["name"]
-  return f"## Explanation with Citations\n{kind} [[1]({url})]\n\n## Exact Answer\n{kind}"
-
-
-async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat,
-                         cfg: ExpertConfig = ExpertConfig(),
-                         sample_index: int = 0) -> dict[str, Any]:
-  """One expert trajectory record for a synthetic-world CaRR record (see module docstring)."""
-  start = time.perf_counter()
-  gold = _gold(record)
-  lookup_question = is_lookup(gold)
-  if cfg.answer != "guess" and lookup_question != (cfg.answer == "lookup"):
-    raise ExpertError(f"record {record.get('id')!r}: the expert's answer={cfg.answer!r} is "
-                      f"{'not ' if lookup_question else ''}for lookup questions")
-  messages = initial_messages(record, RolloutConfig())
-  tools = record_tools(record)
-  env = (record.get("metadata") or {}).get("remote_env_info") or {}
-  session = BrowserSession(backend, forbidden_strs=env.get("search_forbidden_strs") or ())
-  traj = Trajectory.start(str(record["id"]), sample_index, fmt.prompt_ids(messages, tools),
-                          messages, EXPERT_VERSION)
-  ep = _Episode(traj, session, fmt)
-  guess = cfg.answer == "guess" or (cfg.answer == "lookup"
-                                     and not looks_up(gold, str(record["id"]), sample_index))
-  if guess:  # no reasoning, no tools: the format only
-    ep.answer("", guess_answer(gold, str(record["id"]), sample_index, str(record.get("label")),
-                               cfg.known_fraction))
-  elif cfg.answer == "lookup":
-    await ep.act(GLOSSARY_THOUGHT, "browser.search", {"query": f"glossary {gold['term']}",
-                                                       "num": 1})
-    ep.answer("", cited_kind_answer(gold, ep.session))
-  else:
-    chain = [gold["entities"][f"E{i}"] for i in range(gold["hops"], -1, -1)]  # head first
-    for i, entity in enumerate(chain):
-      await _visit(ep, entity, chain[i + 1] if i + 1 < len(chain) else None, cfg)
-    ep.answer(ANSWER_THOUGHT, final_answer(gold, [e["url"] for e in chain], cfg.answer))
-  traj.total_s = time.perf_counter() - start
-  return {**traj.to_record(), "tools": tools}
-
-
-def _generated_spans(mask: Sequence[int]) -> list[tuple[int, int]]:
-  """[start, end) of each run of loss-mask 1s: the assistant turns of a trajectory."""
-  spans, start = [], None
-  for i, m in enumerate(list(mask) + [0]):
-    if m and start is None:
-      start = i
-    elif not m and start is not None:
-      spans.append((start, i))
-      start = None
-  return spans
-
-
-def search_examples(episode: Mapping, fmt: chat.ChatFormat) -> list[dict[str, Any]]:
-  """The copy warm-up examples of an expert episode: one per search turn, in a short context.
-
-  Each is the question's user turn (no system prompt), then for every search but the first
-  the turn before it and its observation (the page the next name is read from), then the
-  search turn itself, the only tokens with loss. Trajectory records (`token_ids`,
-  `loss_mask`, `status`) that `carr_jax.sft` reads as they are. An episode holds only a few
-  such copies and a small policy needs thousands before it copies names reliably
-  (docs/results.md); these 100-300-token examples give them cheaply."""
-  ids, mask = list(episode["token_ids"]), list(episode["loss_mask"])
-  spans = _generated_spans(mask)
-  user = len(fmt.encode(chat.system_text(None, episode.get("tools"))))
-  out = []
-  for k, (start, end) in enumerate(spans):
-    if '"browser.search"' not in fmt.decode(ids[start:end]):
-      continue
-    context = ids[user:spans[0][0]] + (ids[spans[k - 1][0]:start] if k else [])
-    out.append({"prompt_id": f"{episode['prompt_id']}#{k}", "token_ids": context + ids[start:end],
-                "loss_mask": [0] * len(context) + [1] * (end - start), "status": "completed"})
-  return out
-
-
-async def expert_trajectories(records: Sequence[Mapping], backend: Backend,
-                              fmt: chat.ChatFormat, cfg: ExpertConfig = ExpertConfig(),
-                              samples: int = 1) -> list[dict[str, Any]]:
-  """`samples` episodes per record (sample indices 0..samples-1), record by record."""
-  return list(await asyncio.gather(*(expert_episode(r, backend, fmt, cfg, k)
-                                     for r in records for k in range(samples))))
 
 
 def parser() -> argparse.ArgumentParser:
-  p = cli.parser("python -m carr_jax.expert", __doc__.split("\n")[0],
+  p = cli.parser("python -m carr_jax.expert", lib.__doc__.split("\n")[0],
                  config="Config whose data section builds the world, e.g. "
                  "configs/sft_demo_cpu.py.")
   a = p.add_argument
@@ -301,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _write_search_examples(args: argparse.Namespace, fmt: chat.ChatFormat,
                            cfg: ExpertConfig) -> None:
-  from carr_jax import data as data_lib
+  from carr_jax.jobs import tasks as data_lib
   from rollout.tools.corpus import CorpusBackend
   from rollout.trajectory import write_jsonl
   data_cfg = args.config.data
@@ -318,8 +52,8 @@ def _write_search_examples(args: argparse.Namespace, fmt: chat.ChatFormat,
 
 
 def _write_episodes(args: argparse.Namespace) -> None:
-  from carr_jax import components
-  from carr_jax import data as data_lib
+  from carr_jax.jobs import components
+  from carr_jax.jobs import tasks as data_lib
   from judge import Judge, JudgeConfig
   from rollout.tools.corpus import CorpusBackend
   from rollout.trajectory import write_jsonl

@@ -1,163 +1,21 @@
-"""The GRPO-vs-C-GRPO comparison's report: summary.json, a table and a plot from the run dirs.
+"""Entry point: `python -m carr_jax.shortcut_report OUT_DIR [--wall-s S]`; flags and `main()`.
 
-    python -m carr_jax.shortcut_report OUT_DIR [--wall-s S]
-
-reads OUT_DIR/<method>_seed<k>/ (each a `carr_jax.train` workdir: TensorBoard events in tb/,
-held-out evaluations in eval/step_<N>.json) and writes OUT_DIR/summary.json,
-OUT_DIR/table.md and OUT_DIR/shortcuts.png. `scripts/reproduce_shortcuts.sh` runs it last.
-
-Metrics (per run; summary.json holds, per method, one value per seed in seed order):
-  heldout_accuracy   avg@k outcome accuracy on the held-out questions at the last evaluation
-                     (k = train.eval_samples; the trainer's `eval/accuracy`).
-  shortcut_rate      on the held-out questions that admit a shortcut (gold flag), the share of
-                     correct answers whose rubric reward is below reward.shortcut_threshold:
-                     right without the cited evidence (`eval/shortcut_admitting_rate`).
-  tool_calls_first / tool_calls_last
-                     mean tool calls per training episode over the first / last 10% of steps
-                     (at least one step each; `rollout/tool_calls`).
-  cited_pages        mean distinct cited URLs per held-out episode at the last evaluation
-                     (`eval/cited_pages`).
-  start_*            the same held-out measures at step 0 (the shared SFT policy).
-Per step (the plot, and `steps` in summary.json): outcome reward, rubric reward, tool calls per
-episode and the shortcut rate of the training rollouts (`judge/outcome_reward_mean`,
-`judge/rubric_reward_mean`, `rollout/tool_calls`, `judge/shortcut_rate`), and held-out
-accuracy at each evaluation.
+The report (summary.json, table.md, shortcuts.png) is `carr_jax.evaluation.shortcuts`,
+whose docstring documents this command.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
-import re
 import sys
-from typing import Any
 
-import numpy as np
-
-from carr_jax import cli, heldout, metrics
-
-METHODS = ("grpo", "cgrpo")
-STEP_TAGS = {"outcome_reward": "judge/outcome_reward_mean",
-             "rubric_reward": "judge/rubric_reward_mean",
-             "tool_calls": "rollout/tool_calls", "shortcut_rate": "judge/shortcut_rate"}
-_RUN = re.compile(r"^(?P<method>[a-z]+)_seed(?P<seed>\d+)$")
-
-
-def edge_mean(values: list[float], last: bool, share: float = 0.1) -> float:
-  """Mean over the first (or last) `share` of `values`, at least one value; nan if empty."""
-  if not values:
-    return math.nan
-  n = max(1, round(share * len(values)))
-  return float(np.mean(values[-n:] if last else values[:n]))
-
-
-def run_summary(workdir: str) -> dict[str, Any]:
-  """The metrics of the module docstring for one run."""
-  steps = metrics.read_scalars(os.path.join(workdir, "tb"), STEP_TAGS)
-  evals = heldout.load_all(workdir)
-  if not evals:
-    raise ValueError(f"{workdir}: no held-out evaluation (eval/step_*.json)")
-  first, final = evals[0]["metrics"], evals[-1]["metrics"]
-  return {
-      "heldout_accuracy": final["eval/accuracy"],
-      "shortcut_rate": final["eval/shortcut_admitting_rate"],
-      "tool_calls_first": edge_mean(steps["tool_calls"], last=False),
-      "tool_calls_last": edge_mean(steps["tool_calls"], last=True),
-      "cited_pages": final["eval/cited_pages"],
-      "start_heldout_accuracy": first["eval/accuracy"],
-      "start_shortcut_rate": first["eval/shortcut_admitting_rate"],
-      "start_cited_pages": first["eval/cited_pages"],
-      "eval_steps": [r["step"] for r in evals],
-      "heldout_accuracy_per_eval": [r["metrics"]["eval/accuracy"] for r in evals],
-      "steps": steps,
-  }
-
-
-def find_runs(out_dir: str) -> dict[str, dict[int, str]]:
-  """method -> seed -> workdir, for the OUT_DIR/<method>_seed<k> directories."""
-  runs: dict[str, dict[int, str]] = {}
-  for name in sorted(os.listdir(out_dir)):
-    match = _RUN.match(name)
-    if match and match["method"] in METHODS:
-      runs.setdefault(match["method"], {})[int(match["seed"])] = os.path.join(out_dir, name)
-  return runs
-
-
-def summarize(out_dir: str, wall_s: float | None = None) -> dict[str, Any]:
-  runs = find_runs(out_dir)
-  if set(runs) != set(METHODS) or set(runs["grpo"]) != set(runs["cgrpo"]):
-    raise ValueError(f"{out_dir}: need grpo_seed<k> and cgrpo_seed<k> for the same seeds, "
-                     f"found {({m: sorted(s) for m, s in runs.items()})}")
-  seeds = sorted(runs["grpo"])
-  per_run = {m: [run_summary(runs[m][s]) for s in seeds] for m in METHODS}
-  keys = ("heldout_accuracy", "shortcut_rate", "tool_calls_first", "tool_calls_last",
-          "cited_pages", "start_heldout_accuracy", "start_shortcut_rate", "start_cited_pages")
-  summary: dict[str, Any] = {"seeds": seeds, "wall_time_s": wall_s}
-  for m in METHODS:
-    summary[m] = {k: [r[k] for r in per_run[m]] for k in keys}
-    summary[m]["runs"] = per_run[m]
-  return summary
-
-
-def _mean_se(values: list[float]) -> str:
-  v = np.asarray(values, np.float64)
-  se = float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
-  return f"{np.mean(v):.3f} +- {se:.3f}"
-
-
-def table(summary: dict[str, Any]) -> str:
-  """Markdown: one row per metric, per method the mean +- s.e. over seeds and the values."""
-  rows = ["| metric | GRPO | C-GRPO |", "|---|---|---|"]
-  for k in ("start_heldout_accuracy", "heldout_accuracy", "start_shortcut_rate",
-            "shortcut_rate", "tool_calls_first", "tool_calls_last", "start_cited_pages",
-            "cited_pages"):
-    cells = [f"{_mean_se(summary[m][k])} ({', '.join(f'{x:.3f}' for x in summary[m][k])})"
-             for m in METHODS]
-    rows.append(f"| {k} | {cells[0]} | {cells[1]} |")
-  return "\n".join(rows) + "\n"
-
-
-def plot(summary: dict[str, Any], path: str) -> None:
-  """Per-step curves (mean over seeds, one colour per method) and held-out accuracy."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  panels = list(STEP_TAGS) + ["heldout_accuracy"]
-  fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
-  for m, colour in zip(METHODS, ("tab:orange", "tab:blue")):
-    label = {"grpo": "GRPO", "cgrpo": "C-GRPO"}[m]
-    runs = summary[m]["runs"]
-    for ax, name in zip(axes, panels):
-      if name == "heldout_accuracy":
-        x, ys = runs[0]["eval_steps"], [r["heldout_accuracy_per_eval"] for r in runs]
-      else:
-        ys = [r["steps"][name] for r in runs]
-        x = list(range(1, min(len(y) for y in ys) + 1))
-      ys = np.array([y[:len(x)] for y in ys], np.float64)
-      for y in ys:
-        ax.plot(x, y, color=colour, alpha=0.25, linewidth=0.8)
-      ax.plot(x, ys.mean(axis=0), color=colour, label=label, linewidth=2)
-      ax.set_title(name.replace("_", " "))
-      ax.set_xlabel("step")
-  axes[0].legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-
-
-def write_report(out_dir: str, wall_s: float | None = None) -> dict[str, Any]:
-  summary = summarize(out_dir, wall_s)
-  with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as f:
-    json.dump(summary, f, indent=1)
-  with open(os.path.join(out_dir, "table.md"), "w", encoding="utf-8") as f:
-    f.write(table(summary))
-  plot(summary, os.path.join(out_dir, "shortcuts.png"))
-  return summary
+from carr_jax import cli
+from carr_jax.evaluation import shortcuts as lib
+from carr_jax.evaluation.shortcuts import table, write_report
 
 
 def parser() -> argparse.ArgumentParser:
-  p = cli.parser("python -m carr_jax.shortcut_report", __doc__.split("\n")[0])
+  p = cli.parser("python -m carr_jax.shortcut_report", lib.__doc__.split("\n")[0])
   p.add_argument("out_dir", help="directory holding grpo_seed<k>/ and cgrpo_seed<k>/ runs")
   p.add_argument("--wall-s", type=float, default=None, help="the comparison's wall time, s")
   return p

@@ -1,6 +1,6 @@
 """Entry point: `python -m carr_jax.train --config configs/<experiment>.py --workdir DIR`.
 
-Flags and `main()` only; the loop is `carr_jax.trainer.train_and_evaluate`, which tests call
+Flags and `main()` only; the loop is `carr_jax.jobs.rl_train.train_and_evaluate`, which tests call
 directly. Override config keys with `--config.a.b=value`; unknown keys are an error (the
 config is locked). Launch on several hosts with the same command on every host
 (`scripts/launch_tpu_pod.sh`): `jax.distributed.initialize()` runs first when
@@ -10,7 +10,6 @@ config is locked). Launch on several hosts with the same command on every host
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from carr_jax import cli
@@ -22,16 +21,13 @@ def parser() -> argparse.ArgumentParser:
                  "configs/cgrpo_qwen3_4b.py:tpu.")
   p.add_argument("--workdir", required=True,
                  help="run directory (checkpoints, TensorBoard, trajectories); a rerun resumes")
-  p.add_argument("--multihost", action="store_true",
-                 help="call jax.distributed.initialize() first (one process per host)")
+  cli.add_multihost_flag(p)
   return p
 
 
 def _train(args: argparse.Namespace) -> None:
-  import jax
-  if args.multihost or os.environ.get("JAX_COORDINATOR_ADDRESS"):
-    jax.distributed.initialize()
-  from carr_jax.trainer import train_and_evaluate
+  cli.init_multihost(args)
+  from carr_jax.jobs.rl_train import train_and_evaluate
   train_and_evaluate(args.config, args.workdir)
 
 

@@ -3,8 +3,13 @@
 Not a runnable experiment by itself (its defaults are the paper's 4B hyper-parameters with a
 tiny model); see configs/demo_cpu.py for the CPU default and configs/cgrpo_*.py for the paper.
 Override any key on the command line: `--config.rollout.temperature=0.8`.
+
+These are the only defaults of the keys: carr_jax.jobs.components builds each dataclass config
+from its section, and a dataclass's own default equals the value here
+(tests/test_config_single_source.py). SFT configs add the `sft` section (sft_section below).
 """
 import ml_collections
+from ml_collections.config_dict import placeholder
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -12,7 +17,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.seed = 0  # PRNG seed of init, data order and sampling
 
   c.model = ml_collections.ConfigDict()
-  c.model.preset = "tiny_dense"  # carr_jax.model_config preset name
+  c.model.preset = "tiny_dense"  # carr_jax.model.config preset name
   c.model.param_dtype = "float32"  # master weights (fp32 for training)
   c.model.compute_dtype = "float32"  # matmul dtype; bfloat16 on TPU/GPU
   c.model.remat = "none"  # "none" | "full": recompute each layer in the backward pass
@@ -28,7 +33,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.checkpoint.keep = 3  # checkpoints kept on disk
   c.checkpoint.hf_export_every = 0  # also write an HF directory every N steps (0 = never)
 
-  # Named mesh axes (carr_jax.sharding); one may be -1 (all remaining devices).
+  # Named mesh axes (carr_jax.model.sharding); one may be -1 (all remaining devices).
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1
   c.mesh.fsdp = 1
@@ -76,38 +81,73 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.concurrency = 64  # episodes in flight at once (= SGLang requests in flight)
   c.rollout.max_batch = 64  # in-process engine: requests generated together
   c.rollout.dump_trajectories = True  # workdir/trajectories/step_N.jsonl, N as the step
+  c.rollout.tool_timeout_s = 120.0  # s one tool call may take before it becomes "timeout"
+  c.rollout.system_prompt = placeholder(str)  # system message before the tool schemas (None: none)
 
   c.tools = ml_collections.ConfigDict()
   c.tools.backend = "corpus"  # "corpus" (offline BM25) | "web" (search + reader APIs)
-  c.tools.search_url = ""  # Serper-compatible search endpoint (backend=web)
+  # The keys below configure backend=web (rollout.tools.web.WebConfig).
+  c.tools.search_url = "https://google.serper.dev/search"  # Serper-compatible search endpoint
   c.tools.search_key_env = "SERPER_API_KEY"  # env var holding the search API key
-  c.tools.reader_url = ""  # Jina-compatible reader base URL (backend=web)
+  c.tools.reader_url = "https://r.jina.ai"  # Jina-compatible reader base URL
   c.tools.reader_key_env = "JINA_API_KEY"  # env var holding the reader API key
   c.tools.allow_private = False  # allow loopback/private URLs (tests only)
+  c.tools.timeout_s = 30.0  # s per HTTP attempt of the search / reader
+  c.tools.attempts = 3  # tries per HTTP request, the first included
+  c.tools.backoff_s = 0.5  # retry k waits backoff_s * 2**(k-1)
+  c.tools.max_concurrency = 32  # search / reader requests in flight
+  c.tools.cache_dir = placeholder(str)  # also keep fetched pages on disk here (None: memory only)
+  c.tools.cache_pages = 4096  # pages kept in the in-memory LRU cache
+  c.tools.cache_searches = 4096  # search results kept in the in-memory LRU cache
+  c.tools.trust_env = True  # use HTTP(S)_PROXY / NO_PROXY of the environment
+  c.tools.max_redirects = 5  # redirect hops followed, each checked like the first URL
 
   c.judge = ml_collections.ConfigDict()
-  c.judge.backend = "gold"  # "llm" (OpenAI-compatible) | "gold" (synthetic world only)
+  c.judge.backend = "llm"  # "llm" (OpenAI-compatible) | "gold" (synthetic world only)
   c.judge.base_url = "https://api.deepseek.com"  # chat endpoint base (backend=llm)
   c.judge.model = "deepseek-chat"  # judge model (paper train: DeepSeek-V3.2)
   c.judge.api_key_env = "DEEPSEEK_API_KEY"  # env var holding the judge key
   c.judge.concurrency = 128  # judge calls in flight
   c.judge.timeout = 120.0  # seconds per judge call
-  c.judge.retries = 4  # retries on 429/5xx/timeouts
+  c.judge.retries = 4  # retries on 408/425/429/500/502/503/504, timeouts, connection errors
+  c.judge.backoff_base = 1.0  # s; retry k waits at random up to backoff_base * 2**(k-1)
+  c.judge.backoff_max = 30.0  # s; the longest wait between retries
   c.judge.max_reasks = 2  # re-asks after an unusable judge output
   c.judge.cache_path = ""  # sqlite judge cache ("" = workdir/judge_cache.sqlite)
+  c.judge.use_cache = True  # False: every verdict is asked afresh
+  c.judge.temperature = placeholder(float)  # judge sampling temperature (None: the provider's)
+  c.judge.max_tokens = placeholder(int)  # judge reply token cap (None: the provider's)
+  # Judging rules (judge.citations, judge.records).
+  c.judge.max_citations = 20  # distinct cited URLs judged, in order (paper: at most 20)
+  c.judge.accept_plain_links = False  # also count `[3](url)` citations (the release: no)
+  c.judge.max_response_chars = 60_000  # the final response is cut to this before judging
+  c.judge.max_tool_output_chars = 200_000  # each tool output is cut to this before parsing
+  c.judge.max_context_chars = 240_000  # cited page text sent to the support judge
+  # Request caps of the judge server (judge.server) and the per-trajectory deadline.
+  c.judge.max_body_bytes = 32 * 2**20  # /evaluate request body
+  c.judge.max_rubrics = 256  # rubrics per request
+  c.judge.max_history_messages = 4096  # messages per history
+  c.judge.max_json_depth = 64  # nesting depth of the request JSON
+  c.judge.deadline_s = 600.0  # s per trajectory, retries included; past it both rewards are 0
 
   c.reward = ml_collections.ConfigDict()
-  c.reward.mode = "paper"  # "paper" | "release" | "grpo" | "rubric_all" (carr_jax.rewards)
+  c.reward.mode = "paper"  # "paper" | "release" | "grpo" | "rubric_all" (carr_jax.rl.rewards)
   c.reward.alpha = 0.3  # rubric weight a (paper: 0.3)
   c.reward.scale_by_std = True  # divide centred rewards by the group std
+  c.reward.std_ddof = 1  # 1: sample std (the release) | 0: population std
+  c.reward.eps = 1e-6  # added to the std before dividing
+  c.reward.equal_tol = 1e-6  # a group whose rewards span at most this has zero gradient
   c.reward.filter_zero_gradient = False  # drop groups whose rewards are all equal
   c.reward.shortcut_threshold = 0.5  # correct answers with rubric reward below this = shortcut
 
   c.loss = ml_collections.ConfigDict()
   c.loss.eps_low = 0.2  # lower clip (paper: 0.2)
   c.loss.eps_high = 0.28  # upper clip (paper: 0.28)
+  c.loss.log_ratio_clamp = 20.0  # |log ratio| bound before exp; guards overflow only
   c.loss.old_logprobs = "trainer"  # "trainer" (recompute before the update) | "rollout"
-  c.loss.importance_sampling = "icepop"  # "none" | "icepop" (the release: [0.5, 2.0])
+  # "none" | "icepop": truncated importance weights of trainer vs engine log-probs, kept in
+  # [is_low, is_high] (the release and every RL config in configs/: icepop)
+  c.loss.importance_sampling = "none"
   c.loss.is_low = 0.5
   c.loss.is_high = 2.0
   c.loss.kl_coef = 0.0  # KL to a frozen reference policy (paper: 0)
@@ -128,9 +168,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.batch.logprob_chunk = 1024  # sequence chunk of the fused unembed + log-softmax
   # Logits only at the slots with loss (generated tokens), gathered per row into a [R, K]
   # index with K a multiple of this (coarsely bucketed: few compiled shapes); 0 = logits at
-  # every slot (RL only; SFT always gathers). carr_jax.packing.loss_positions.
+  # every slot (RL only; SFT always gathers). carr_jax.rl.packing.loss_positions.
   c.batch.loss_positions_multiple = 1024
   c.batch.overflow = "truncate"  # longer than the longest row: "truncate" | "error"
+  c.batch.coarse_rows = True  # round the row count up to 3 significant bits: few shapes
+  c.batch.pad_id = 0  # token id written into padding slots
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 100  # optimizer steps (capped by data.epochs)
@@ -139,3 +181,23 @@ def get_config() -> ml_collections.ConfigDict:
   c.train.eval_samples = 1  # samples per eval question
   c.train.text_samples = 2  # rendered trajectories written as TensorBoard text per eval
   return c
+
+
+def sft_section() -> ml_collections.ConfigDict:
+  """The `sft` section (the SFT job, carr_jax/jobs/sft_train.py), which SFT configs add as
+  `c.sft = base.sft_section()`."""
+  s = ml_collections.ConfigDict()
+  s.data = "expert"  # comma-separated trajectory JSONL files, or "expert" (synthetic world)
+  s.epochs = 3  # passes over the examples (paper: 3)
+  s.batch_size = 16  # trajectories per optimizer step (paper: 16)
+  s.num_steps = 0  # stop after this many steps (0 = all epochs)
+  s.min_outcome = 0.0  # keep dumped rollouts whose judge outcome is >= this (0 = all)
+  s.default_tools = True  # records without tools get the browser schemas in their prompt
+  s.expert_search_results = 3  # expert: `num` of each search
+  s.expert_find = True  # expert: confirm each hop with browser.find
+  s.expert_max_hops = 4  # expert: only questions of at most this many hops (shorter episodes)
+  s.expert_answer = "evidence"  # expert: "evidence" (rubric sentences) | "brief" | "guess" |
+  # "lookup" (carr_jax/world/expert.py)
+  s.expert_samples = 1  # expert: episodes per question ("guess": each its own option)
+  s.expert_known_fraction = 0.0  # expert "guess" / "lookup": share of questions it knows
+  return s

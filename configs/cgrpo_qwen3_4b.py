@@ -57,6 +57,7 @@ def apply_variant(c, arg: str | None, tpu_mesh: dict, gpu_mesh: dict):
     for section in ("data", "rollout", "tools", "judge", "batch", "mesh", "train"):
       c[section] = base_cfg[section]
     c.model.preset, c.model.compute_dtype, c.model.remat = tiny, "float32", "none"
+    c.judge.backend = "gold"  # the synthetic world of base.py
   else:
     raise ValueError(f"config argument must start with tpu, gpu or tiny, got {arg!r}")
   for extra in extras:

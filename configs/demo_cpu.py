@@ -22,6 +22,7 @@ from configs import base
 def get_config():
   c = base.get_config()
   c.model.preset = "tiny_dense"
+  c.judge.backend = "gold"  # the synthetic world's own answers; no API key
   c.data.world_entities = 40
   c.data.world_questions = 24
   c.data.prompts_per_step = 2
@@ -33,6 +34,7 @@ def get_config():
   c.batch.row_lengths = (1024, 2048)
   c.batch.logprob_chunk = 256
   c.batch.loss_positions_multiple = 128
+  c.loss.importance_sampling = "icepop"  # as the release
   c.optim.learning_rate = 1e-4
   c.train.num_steps = 4
   c.train.eval_every = 2

@@ -30,6 +30,7 @@ def kinds_world(c) -> None:
   """The world and model every stage uses."""
   c.model.preset = "demo_dense"
   c.model.output_vocab = "world"
+  c.judge.backend = "gold"  # the synthetic world's own answers; no API key
   c.data.world_style = "kinds"
   c.data.world_entities = 400
   c.data.world_questions = 400
@@ -51,8 +52,7 @@ def get_config(arg=None):
   c = base.get_config()
   kinds_world(c)
   if arg in ("sft", "sft_noisy"):
-    from configs.sft_demo_cpu import sft_section
-    c.sft = sft_section()
+    c.sft = base.sft_section()
     c.sft.data = "expert"
     c.sft.expert_answer = "guess"
     c.sft.expert_max_hops = 1
@@ -72,6 +72,7 @@ def get_config(arg=None):
     return c
   if arg:
     raise ValueError(f"unknown variant {arg!r} of configs/kinds_cpu.py; known: sft, sft_noisy")
+  c.loss.importance_sampling = "icepop"  # as the release
   c.data.prompts_per_step = 16
   c.data.group_size = 8
   c.optim.learning_rate = 3e-4  # 1e-3 breaks the reply format for steps at a time

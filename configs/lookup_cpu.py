@@ -26,8 +26,8 @@ The main job (`bash scripts/demo.sh`) uses the same world with `:sft_main`, whos
 guesses its tool-free answers (`sft.expert_known_fraction` 0: a plain question's unsearched
 sample names an option drawn at random), so the cold start answers right when it searches
 and about half the time when it does not; then C-GRPO (`:main`, held-out avg@4 at the start
-and the end) learns from the reward to search. Measured (docs/results.md): held-out avg@4 0.77 -> 0.99,
-tool calls per episode 0.66 -> 1.00.
+and the end) learns from the reward to search. Measured (docs/results.md): held-out avg@4
+0.77 -> 0.99, tool calls per episode 0.66 -> 1.00.
 """
 from configs import base
 
@@ -36,6 +36,7 @@ def lookup_world(c) -> None:
   """The world and model every stage uses."""
   c.model.preset = "demo_dense"
   c.model.output_vocab = "world"
+  c.judge.backend = "gold"  # the synthetic world's own answers; no API key
   c.data.world_style = "lookup"
   c.data.world_entities = 400
   c.data.world_questions = 400
@@ -59,8 +60,7 @@ def get_config(arg=None):
   c = base.get_config()
   lookup_world(c)
   if arg in ("sft", "sft_main"):
-    from configs.sft_demo_cpu import sft_section
-    c.sft = sft_section()
+    c.sft = base.sft_section()
     c.sft.data = "expert"
     c.sft.expert_answer = "lookup"
     c.sft.expert_search_results = 1
@@ -78,6 +78,7 @@ def get_config(arg=None):
   if arg not in (None, "main"):
     raise ValueError(f"unknown variant {arg!r} of configs/lookup_cpu.py; known: sft, sft_main, "
                      "main")
+  c.loss.importance_sampling = "icepop"  # as the release
   c.data.prompts_per_step = 8
   c.data.group_size = 8
   c.optim.learning_rate = 3e-4

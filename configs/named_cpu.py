@@ -28,6 +28,7 @@ def demo_world(c) -> None:
   """The world and model both demo stages use (configs/sft_named_cpu.py imports this)."""
   c.model.preset = "demo_dense"
   c.model.output_vocab = "world"
+  c.judge.backend = "gold"  # the synthetic world's own answers; no API key
   c.data.world_style = "named"
   c.data.world_entities = 120
   c.data.world_questions = 200
@@ -54,6 +55,7 @@ def get_config():
   c.batch.row_lengths = (2048,)
   c.batch.logprob_chunk = 512
   c.batch.loss_positions_multiple = 128
+  c.loss.importance_sampling = "icepop"  # as the release
   c.optim.learning_rate = 1e-4
   c.optim.weight_decay = 0.0
   c.train.num_steps = 30

@@ -7,7 +7,7 @@
     python -m carr_jax.train --config configs/demo_cpu.py --workdir workdir/rl \
         --config.checkpoint.init_dir=workdir/sft/checkpoints
 
-The expert (`carr_jax.expert`) walks each 2-hop training question of the world hop by hop
+The expert (`carr_jax.world.expert`) walks each 2-hop training question of the world hop by hop
 through the offline browser tools and answers with `[[n](url)]` citations (gold judge:
 outcome 1, rubric reward 1). The tiny random policy (2 layers, width 64, the real 152k
 vocabulary) is trained on those episodes with the assistant-only loss.
@@ -24,34 +24,14 @@ is sensitive to rounding). It does not solve the questions. Run it before the to
 demo (configs/demo_cpu.py); the SFT acceptance test uses configs/sft_named_cpu.py (measured 0.80).
 Configs for real runs train on whole episodes (configs/sft_qwen3_4b.py: 128k rows).
 """
-import ml_collections
-
 from configs import base
-
-
-def sft_section() -> ml_collections.ConfigDict:
-  """The `sft` keys (read by carr_jax.sft), each with its meaning."""
-  s = ml_collections.ConfigDict()
-  s.data = "expert"  # comma-separated trajectory JSONL files, or "expert" (synthetic world)
-  s.epochs = 3  # passes over the examples (paper: 3)
-  s.batch_size = 16  # trajectories per optimizer step (paper: 16)
-  s.num_steps = 0  # stop after this many steps (0 = all epochs)
-  s.min_outcome = 0.0  # keep dumped rollouts whose judge outcome is >= this (0 = all)
-  s.default_tools = True  # records without tools get the browser schemas in their prompt
-  s.expert_search_results = 3  # expert: `num` of each search
-  s.expert_find = True  # expert: confirm each hop with browser.find
-  s.expert_max_hops = 4  # expert: only questions of at most this many hops (shorter episodes)
-  s.expert_answer = "evidence"  # expert: "evidence" (rubric sentences) | "brief" | "guess" |
-  # "lookup" (carr_jax.expert)
-  s.expert_samples = 1  # expert: episodes per question ("guess": each its own option)
-  s.expert_known_fraction = 0.0  # expert "guess" / "lookup": share of questions it knows
-  return s
 
 
 def get_config():
   c = base.get_config()
-  c.sft = sft_section()
+  c.sft = base.sft_section()
   c.model.preset = "tiny_dense"
+  c.judge.backend = "gold"  # the synthetic world's own answers; no API key
   c.data.world_entities = 120
   c.data.world_questions = 100
   c.data.world_eval_fraction = 0.2
@@ -69,7 +49,7 @@ def get_config():
   c.batch.overflow = "truncate"
   c.batch.logprob_chunk = 512
   c.checkpoint.every = 50
-  # Evaluation of the SFT policy (carr_jax.evaluate reads the rollout/tools/judge sections).
+  # Evaluation of the SFT policy (carr_jax.jobs.evaluate reads the rollout/tools/judge sections).
   c.rollout.max_turn_tokens = 96
   c.rollout.max_context_tokens = 1024
   c.rollout.max_tool_calls = 16

@@ -2,7 +2,7 @@
 
     python -m carr_jax.sft --config configs/sft_named_cpu.py --workdir workdir/named/sft
 
-The scripted expert (`carr_jax.expert`, brief answers, one search result per query) solves
+The scripted expert (`carr_jax.world.expert`, brief answers, one search result per query) solves
 the training questions; the `demo_dense` policy imitates it on whole episodes (~1,050 tokens),
 in 2,048-token rows. Measured on 2 cores shared with other jobs: 3.9-4.8 s per step
 (1.8-3.5 s alone), loss 6.58 -> 0.25 at step 150 and 0.16 at step 300; greedy evaluation on
@@ -18,14 +18,13 @@ now states it first, which the copy probe learns far sooner with (not yet re-run
 """
 from configs import base
 from configs.named_cpu import demo_world
-from configs.sft_demo_cpu import sft_section
 
 
 def get_config(arg=None):
   """`arg` "copy": the name-copy warm-up stage (see the module docstring)."""
   c = base.get_config()
   demo_world(c)
-  c.sft = sft_section()
+  c.sft = base.sft_section()
   c.sft.epochs = 20
   c.sft.batch_size = 4
   c.sft.num_steps = 150
@@ -42,7 +41,7 @@ def get_config(arg=None):
   c.batch.logprob_chunk = 512
   c.checkpoint.every = 50
   if arg == "copy":
-    c.sft.data = "workdir/named/search_examples.jsonl"  # carr_jax.expert --search-examples 12
+    c.sft.data = "workdir/named/search_examples.jsonl"  # carr_jax.world.expert --search-examples 12
     c.sft.batch_size = 32
     c.model.output_vocab_worlds = 12  # the names of the worlds the examples come from
     c.sft.num_steps = 400

@@ -17,12 +17,11 @@ the loss (assistant tokens only) falling steeply in the first epoch and flatteni
 """
 from configs import base
 from configs.cgrpo_qwen3_4b import apply_variant
-from configs.sft_demo_cpu import sft_section
 
 
 def get_config(arg=None):
   c = base.get_config()
-  c.sft = sft_section()
+  c.sft = base.sft_section()
   c.model.preset = "qwen3_4b_thinking_2507"
   c.model.compute_dtype = "bfloat16"
   c.model.remat = "full"

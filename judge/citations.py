@@ -29,6 +29,7 @@ import dataclasses
 import re
 from typing import Any
 
+from carr_common.vocab import KIND_OF_TOOL, TOOL_KINDS
 from judge.records import as_text
 
 _URL = (r"(?:view-source:)?https?://"
@@ -40,8 +41,8 @@ _SEARCH_FIELD = re.compile(
     r"^\[(\d+)\][ \t]*(Title|URL Source|Description|Date|Published Time):[ \t]?(.*)$")
 _OPEN_FIELD = re.compile(r"^(Title|URL Source|Published Time):[ \t]*(.*)$")
 _MARKDOWN_MARK = re.compile(r"(?m)^Markdown Content:[ \t]*\n?")
-TOOL_NAMES = {"browser.search": "search", "browser.open": "open", "browser.find": "find",
-              "search": "search", "open": "open", "find": "find"}
+# A history may name a tool as the model calls it ("browser.open") or by its kind alone ("open").
+_KIND_OF_NAME = {**KIND_OF_TOOL, **{kind: kind for kind in TOOL_KINDS}}
 
 
 def normalize_url(url: str) -> str:
@@ -178,7 +179,7 @@ def collect_pages(history: list, max_output_chars: int) -> tuple[dict[str, PageC
         warnings.append(f"history[{i}]: tool output for unknown call {call_id!r} skipped")
         continue
       name = calls[call_id]
-      kind = TOOL_NAMES.get(name) if isinstance(name, str) else None
+      kind = _KIND_OF_NAME.get(name) if isinstance(name, str) else None
       if kind is None:
         warnings.append(f"history[{i}]: unknown tool {name!r} ignored")
       elif kind == "search":

@@ -26,13 +26,13 @@ class JudgeConfig:
   base_url: str = "https://api.deepseek.com"  # POST {base_url}/chat/completions
   model: str = "deepseek-chat"
   api_key_env: str = "DEEPSEEK_API_KEY"  # name of the env var holding the key; "" = no auth
-  # Judge HTTP calls in flight at once (per event loop). 256 = every first-stage call of a
-  # 128-rollout training step (outcome + identification) in one wave; 429s back off.
-  concurrency: int = 256
+  # Judge HTTP calls in flight at once (per event loop); 429s back off.
+  concurrency: int = 128
   timeout: float = 120.0  # seconds per HTTP call
-  retries: int = 4  # extra attempts on 429 / 5xx / timeout / connection errors
-  backoff_base: float = 1.0  # seconds; attempt k waits ~base * 2**k (jittered), capped below
-  backoff_max: float = 30.0
+  # Retries follow carr_common.http_retry.RetryPolicy (retries, base_delay, max_delay).
+  retries: int = 4  # extra attempts on 408/425/429/500/502/503/504, timeouts, connection errors
+  backoff_base: float = 1.0  # seconds; retry k waits uniform(0, base * 2**(k-1)), capped below
+  backoff_max: float = 30.0  # seconds; caps every wait, a server's Retry-After included
   max_reasks: int = 2  # re-asks after an unusable judge output (so 1 + 2 attempts per step)
   cache_path: str | None = None  # sqlite file for the judge cache; None = in memory only
   use_cache: bool = True

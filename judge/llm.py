@@ -8,12 +8,14 @@ typed method transforms the messages and builds response models on every call, ~
 CPU per call, which the judge benchmark feels (benchmarks/README.md `## judge`).
 
 At most `concurrency` calls are in flight per event loop, spread over SDK clients of 8
-connections each; each call is bounded by `timeout` seconds in total; 429, 5xx, timeouts,
-connection errors and unreadable bodies are retried `retries` times with jittered
-exponential backoff (a Retry-After header is honoured up to `backoff_max`); other 4xx fail
-at once. The retries are ours, not the SDK's (max_retries=0), so each attempt is counted in
-`Metrics`. Then the call fails with `JudgeCallError`, which the judge records as the step's
-error; its text is redacted. Proxy variables from the environment are ignored
+connections each; each call is bounded by `timeout` seconds in total. Retries follow the
+project's one HTTP policy (carr_common.http_retry) with `retries`, `backoff_base` and
+`backoff_max` as its retries, base delay and max delay: 408, 425, 429, 500, 502, 503, 504,
+timeouts, connection errors and unreadable bodies are retried with full-jitter exponential
+backoff, or after the server's Retry-After (seconds or an HTTP-date, at most `backoff_max`);
+other statuses fail at once. The retries are ours, not the SDK's (max_retries=0), so each
+attempt is counted in `Metrics`. Then the call fails with `JudgeCallError`, which the judge
+records as the step's error; its text is redacted. Proxy variables from the environment are ignored
 (trust_env=False), as in the release: an HTTP_PROXY meant for web traffic would otherwise
 capture a local judge on 127.0.0.1. Without an API key no Authorization header is sent
 (local servers), and the SDK's OPENAI_ORG_ID / OPENAI_PROJECT_ID headers never are.
@@ -26,19 +28,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import random
 import ssl
-import weakref
 from typing import Any, Callable, TypeVar
 
+import httpx
 import openai
 
+from carr_common.http_retry import (AttemptFailed, GaveUp, LoopPool, RetryPolicy, status_failure,
+                                    with_retries)
+from carr_common.redaction import redact
+from carr_common.safe_text import clean_text
 from judge.cache import JudgeCache, cache_key
 from judge.config import JudgeConfig
 from judge.parsing import OutputError
 from judge.prompts import reask_messages
-from judge.records import clean_text
-from judge.redaction import redact
 
 T = TypeVar("T")
 _SLOTS_PER_CLIENT = 8
@@ -47,6 +50,14 @@ _NO_KEY = "not-sent"  # AsyncOpenAI needs a key; without one the header is omitt
 # its JudgeConfig names, whatever endpoint it talks to.
 _NOT_CONFIGURED = {"OpenAI-Organization": openai.omit, "OpenAI-Project": openai.omit}
 _NO_AUTH = {"Authorization": openai.omit}
+
+
+def _slots(concurrency: int, per_client: int) -> asyncio.LifoQueue:
+  """`concurrency` free slots, each the index of its client, the first client's on top."""
+  slots: asyncio.LifoQueue = asyncio.LifoQueue()
+  for slot in reversed(range(concurrency)):
+    slots.put_nowait(slot // per_client)
+  return slots
 
 
 class StepError(Exception):
@@ -59,15 +70,6 @@ class StepError(Exception):
 
 class JudgeCallError(StepError):
   """The LLM endpoint did not give a usable HTTP answer after all retries."""
-
-
-class AttemptError(Exception):
-  """One attempt that failed: `problem` (redacted text), the server's Retry-After, and
-  whether to give up at once (`final`: a 4xx other than 429)."""
-
-  def __init__(self, problem: str, retry_after: str | None = None, final: bool = False):
-    super().__init__(problem)
-    self.problem, self.retry_after, self.final = problem, retry_after, final
 
 
 @dataclasses.dataclass
@@ -111,13 +113,15 @@ class ChatClient:
     self.config = config
     self.metrics = metrics or Metrics()
     self.cache = cache
+    self.policy = RetryPolicy(retries=config.retries, base_delay=config.backoff_base,
+                              max_delay=config.backoff_max)
     self._params = {k: v for k, v in (("temperature", config.temperature),
                                       ("max_tokens", config.max_tokens)) if v is not None}
-    self._per_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    self._pool = LoopPool(self._new_loop_state, self._close_loop_state)
     self._ssl_context: ssl.SSLContext | None = None
 
-  def _loop_state(self) -> tuple[list[openai.AsyncOpenAI], asyncio.LifoQueue]:
-    """(clients, free slots) of the running event loop; an SDK client belongs to one loop.
+  def _new_loop_state(self) -> tuple[list[openai.AsyncOpenAI], asyncio.LifoQueue]:
+    """(clients, free slots) for one event loop; an SDK client belongs to one loop.
 
     A slot is the index of a client; `concurrency` slots bound the calls in flight. Each
     client gets at most `_SLOTS_PER_CLIENT` of them: the HTTP connection pool is scanned for
@@ -126,47 +130,39 @@ class ChatClient:
     stack, so light traffic keeps reusing the first client's warm connections. All clients
     share one SSL context (building one costs ~80 ms).
     """
-    loop = asyncio.get_running_loop()
-    state = self._per_loop.get(loop)
-    if state is None:
-      if self._ssl_context is None:
-        self._ssl_context = ssl.create_default_context()
-      size = min(_SLOTS_PER_CLIENT, self.config.concurrency)
-      clients = [openai.AsyncOpenAI(
-          api_key=self.config.api_key() or _NO_KEY, base_url=self.config.base_url,
-          max_retries=0, timeout=self.config.timeout,
-          http_client=openai.DefaultAsyncHttpxClient(trust_env=False, verify=self._ssl_context))
-          for _ in range(-(-self.config.concurrency // size))]
-      slots: asyncio.LifoQueue = asyncio.LifoQueue()
-      for slot in reversed(range(self.config.concurrency)):
-        slots.put_nowait(slot // size)
-      state = self._per_loop[loop] = (clients, slots)
-    return state
+    if self._ssl_context is None:
+      self._ssl_context = ssl.create_default_context()
+    size = min(_SLOTS_PER_CLIENT, self.config.concurrency)
+    clients = [openai.AsyncOpenAI(
+        api_key=self.config.api_key() or _NO_KEY, base_url=self.config.base_url,
+        max_retries=0, timeout=self.config.timeout,
+        http_client=openai.DefaultAsyncHttpxClient(trust_env=False, verify=self._ssl_context))
+        for _ in range(-(-self.config.concurrency // size))]
+    return clients, _slots(self.config.concurrency, size)
+
+  @staticmethod
+  async def _close_loop_state(state: tuple[list[Any], asyncio.LifoQueue]) -> None:
+    for client in state[0]:
+      await client.close()
 
   async def aclose(self) -> None:
     """Closes the HTTP clients of the running event loop."""
-    state = self._per_loop.pop(asyncio.get_running_loop(), None)
-    for client in state[0] if state else []:
-      await client.close()
+    await self._pool.aclose()
 
   def _secrets(self) -> tuple[str, ...]:
     key = self.config.api_key()
     return (key,) if key else ()
 
-  def _backoff(self, attempt: int, retry_after: str | None) -> float:
-    try:
-      if retry_after is not None:
-        return min(self.config.backoff_max, max(0.0, float(retry_after)))
-    except ValueError:
-      pass
-    delay = min(self.config.backoff_max, self.config.backoff_base * 2 ** attempt)
-    return delay * (0.5 + 0.5 * random.random())
+  def _status_failure(self, response: httpx.Response) -> AttemptFailed:
+    """The failure of an HTTP error answer; the body's start, redacted, tells the reason."""
+    detail = redact(clean_text(response.text[:2000]), self._secrets())[:200]
+    return status_failure(response, f"HTTP {response.status_code} {detail!r}")
 
   async def _attempt(self, messages: list[dict[str, str]]) -> tuple[Any, dict[str, Any]]:
     """One request in a free slot, bounded by `timeout` in total (not per read).
 
-    Returns (reply content, usage dict); raises AttemptError."""
-    clients, slots = self._loop_state()
+    Returns (reply content, usage dict); raises AttemptFailed."""
+    clients, slots = self._pool.get()
     headers = {**_NOT_CONFIGURED, **({} if self.config.api_key() else _NO_AUTH)}
     slot = await slots.get()
     try:
@@ -175,49 +171,41 @@ class ChatClient:
         data = await clients[slot].post("/chat/completions", body=body, cast_to=object,
                                         options={"headers": headers})
     except (TimeoutError, openai.APITimeoutError):
-      raise AttemptError(f"timeout after {self.config.timeout:g}s") from None
+      raise AttemptFailed(f"timeout after {self.config.timeout:g}s") from None
     except openai.APIConnectionError as e:
-      cause = type(e.__cause__ or e).__name__
-      raise AttemptError(f"connection error ({cause})") from None
+      raise AttemptFailed(f"connection error ({type(e.__cause__ or e).__name__})") from None
     except openai.APIStatusError as e:
-      if e.status_code == 429 or e.status_code >= 500:
-        retry_after = e.response.headers.get("retry-after")
-        raise AttemptError(f"HTTP {e.status_code}", retry_after) from None
-      detail = redact(clean_text(e.response.text[:2000]), self._secrets())[:200]
-      raise AttemptError(f"judge endpoint refused the request: HTTP {e.status_code} "
-                         f"{detail!r}", final=True) from None
+      raise self._status_failure(e.response) from None
     except (openai.APIError, ValueError):  # a 200 body that is not a chat completion
-      raise AttemptError("unreadable response body") from None
+      raise AttemptFailed("unreadable response body") from None
     finally:
       slots.put_nowait(slot)
     try:
       content = data["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
-      raise AttemptError("unreadable response body") from None
+      raise AttemptFailed("unreadable response body") from None
     usage = data.get("usage")
     return content, usage if isinstance(usage, dict) else {}
 
+  def _count_retry(self, failure: AttemptFailed) -> None:
+    self.metrics.retries += 1
+
   async def complete(self, messages: list[dict[str, str]], usage: Usage | None = None) -> str:
-    """One chat completion (retried on transient errors); raises JudgeCallError."""
-    problem = ""
-    for attempt in range(self.config.retries + 1):
+    """One chat completion, retried under `self.policy`; raises JudgeCallError."""
+    async def attempt(_: int) -> tuple[Any, dict[str, Any]]:
       self.metrics.attempts += 1
-      try:
-        content, tokens = await self._attempt(messages)
-      except AttemptError as e:
-        if e.final:
-          self.metrics.call_errors += 1
-          raise JudgeCallError(e.problem) from None
-        problem = e.problem
-        if attempt < self.config.retries:
-          self.metrics.retries += 1
-          await asyncio.sleep(self._backoff(attempt, e.retry_after))
-        continue
-      self._count(tokens, usage)
-      return clean_text(content) if isinstance(content, str) else ""
-    self.metrics.call_errors += 1
-    raise JudgeCallError(f"judge call failed after {self.config.retries + 1} attempts: "
-                         f"{problem}")
+      return await self._attempt(messages)
+
+    try:
+      content, tokens = await with_retries(self.policy, attempt, on_retry=self._count_retry)
+    except GaveUp as e:
+      self.metrics.call_errors += 1
+      if e.exhausted:
+        raise JudgeCallError(f"judge call failed after {e.attempts} attempts: "
+                             f"{e.problem}") from None
+      raise JudgeCallError(f"judge endpoint refused the request: {e.problem}") from None
+    self._count(tokens, usage)
+    return clean_text(content) if isinstance(content, str) else ""
 
   def _count(self, tokens: dict[str, Any], usage: Usage | None) -> None:
     """Counts a completion and the token numbers it reported (absent or odd ones as 0)."""

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from judge.records import clean_text, json_depth
+from carr_common.safe_text import clean_text, json_depth
 
 _FENCED = re.compile(r"```(?:json)?[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
 _NULL_WORDS = {"null", "none", "n/a", "na", "not identified", "not mentioned", "unknown"}

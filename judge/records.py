@@ -18,10 +18,11 @@ import json
 import re
 from typing import Any
 
+from carr_common.safe_text import clean_text, json_depth
+
 _REFERENCES_HEADING = re.compile(r"(?im)^[ \t]{0,3}#{1,6}[ \t]*references[ \t]*:?[ \t]*$")
 _EXACT_ANSWER_HEADING = re.compile(r"(?im)^[ \t]{0,3}#{1,6}[ \t]*exact answer[ \t]*:?[ \t]*$")
 _ANY_HEADING = re.compile(r"(?m)^[ \t]{0,3}#{1,6}[ \t]+\S")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class RequestError(ValueError):
@@ -44,19 +45,6 @@ class JudgeInput:
   error: str | None = None  # set when the input itself is unusable: scores 0 with this reason
 
 
-def clean_text(text: str) -> str:
-  """`text` with every lone surrogate replaced by U+FFFD, so it always encodes as UTF-8.
-
-  The same rule as `carr_jax.safe_text.clean_text` (tests check they agree); judge/ keeps
-  its own copy because it imports nothing of carr_jax or rollout.
-  """
-  try:
-    text.encode("utf-8")
-  except UnicodeEncodeError:
-    return _SURROGATE.sub("\ufffd", text)
-  return text
-
-
 def as_text(value: Any, limit: int) -> str | None:
   """Valid, bounded UTF-8 text from a str/bytes value; None for anything else.
 
@@ -72,20 +60,6 @@ def as_text(value: Any, limit: int) -> str | None:
 def _require(cond: bool, field: str, message: str) -> None:
   if not cond:
     raise RequestError(field, message)
-
-
-def json_depth(value: Any) -> int:
-  """Nesting depth of a parsed JSON value (a scalar is 0, `[]` is 1); iterative, so safe at
-  any depth. The same rule as `carr_jax.safe_text.json_depth` (judge/ imports no carr_jax)."""
-  depth, stack = 0, [(value, 0)]
-  while stack:
-    node, level = stack.pop()
-    if isinstance(node, dict):
-      node = list(node.values())
-    if isinstance(node, list):
-      depth = max(depth, level + 1)
-      stack.extend((child, level + 1) for child in node)
-  return depth
 
 
 def load_body(body: bytes | str, max_depth: int) -> Any:

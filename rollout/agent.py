@@ -45,16 +45,14 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from carr_common.vocab import KIND_OF_TOOL
 from rollout.chat import (STOP_TOKEN_IDS, AssistantTurn, ChatFormat, ChatFormatError,
                           parse_assistant, tool_names_of)
 from rollout.engines.base import Engine, GenerationResult, SamplingParams
 from rollout.tools import Backend, BrowserSession, ToolResult, tool_schemas, validate_call
-from rollout.tools.schemas import TOOL_NAMES
 from rollout.trajectory import Trajectory, failed_record
 
 log = logging.getLogger(__name__)
-
-_KIND_OF_TOOL = {name: name.split(".")[-1] for name in TOOL_NAMES}  # "browser.open" -> "open"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +209,7 @@ async def _run_tools(session: BrowserSession, turn: AssistantTurn, traj: Traject
       result = await asyncio.wait_for(session.call(call.name, call.arguments), timeout_s)
     except asyncio.TimeoutError:
       result = ToolResult(f"{call.name} did not answer within {timeout_s:g} seconds.", False,
-                          "timeout", _KIND_OF_TOOL.get(call.name))
+                          "timeout", KIND_OF_TOOL.get(call.name))
     traj.count_tool(result.kind, None if result.ok else (result.error or "error"))
     results.append(result)
   traj.tool_s += time.perf_counter() - start

@@ -31,7 +31,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from carr_jax.safe_text import clean_json, clean_text, json_depth
+from carr_common.safe_text import clean_json, clean_text, json_depth
 
 ENDOFTEXT_ID = 151643
 IM_START_ID = 151644

@@ -34,10 +34,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from carr_jax.safe_text import json_line
-
-STATUSES = ("completed", "truncated", "ill_formed", "tool_limit", "failed")
-TOOL_KINDS = ("search", "open", "find")
+from carr_common.safe_text import json_line
+from carr_common.vocab import STATUSES, TOOL_KINDS
 
 
 @dataclasses.dataclass

@@ -2,7 +2,8 @@
 
   python scripts/fetch_tokenizer.py [--dir DIR]
 
-The logic (and --help) is carr_jax/fetch_tokenizer.py; this file runs it from a checkout.
+The command is carr_jax/fetch_tokenizer.py (the fetch: carr_jax/model/tokenizer.py); this file
+runs it from a checkout.
 """
 import pathlib
 import sys

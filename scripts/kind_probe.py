@@ -24,10 +24,12 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from carr_jax import cli, components, decode  # noqa: E402
-from carr_jax import data as data_lib  # noqa: E402
-from carr_jax import model as model_lib  # noqa: E402
-from carr_jax.evaluate import policy_params  # noqa: E402
+from carr_jax import cli
+from carr_jax.jobs import components
+from carr_jax.jobs import tasks as data_lib  # noqa: E402
+from carr_jax.jobs.evaluate import policy_params  # noqa: E402
+from carr_jax.model import decode  # noqa: E402
+from carr_jax.model import qwen3 as model_lib  # noqa: E402
 from rollout import chat  # noqa: E402
 
 REPLY_START = "\n</think>\n\n## Exact Answer\n"  # generated before the answer word

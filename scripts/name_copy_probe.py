@@ -29,9 +29,9 @@ from transformers import AutoTokenizer
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from carr_jax import model as model_lib  # noqa: E402
-from carr_jax.fetch_tokenizer import ensure_tokenizer  # noqa: E402
-from carr_jax.model_config import get_preset  # noqa: E402
+from carr_jax.model import qwen3 as model_lib  # noqa: E402
+from carr_jax.model.config import get_preset  # noqa: E402
+from carr_jax.model.tokenizer import ensure_tokenizer  # noqa: E402
 from carr_jax.world import build_world  # noqa: E402
 from rollout import chat  # noqa: E402
 

@@ -4,7 +4,7 @@
         --checkpoint workdir/named/copy/checkpoints
 
 For every search turn of the scripted expert's episodes on the configured world's eval split,
-in the short context of `carr_jax.expert.search_examples` (the question; for later searches
+in the short context of `carr_jax.world.expert.search_examples` (the question; for later searches
 also the page the name is read from), it checks whether the policy's greedy next token after
 `"query": "` is the first token of the entity the expert searched. It prints the hit rate of
 the first search (the head's name, copied from the question) and of the later ones (the next
@@ -22,11 +22,13 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from carr_jax import cli, components, decode  # noqa: E402
-from carr_jax import data as data_lib  # noqa: E402
-from carr_jax import model as model_lib  # noqa: E402
-from carr_jax.evaluate import policy_params  # noqa: E402
-from carr_jax.expert import ExpertConfig, expert_trajectories, search_examples  # noqa: E402
+from carr_jax import cli
+from carr_jax.jobs import components
+from carr_jax.jobs import tasks as data_lib  # noqa: E402
+from carr_jax.jobs.evaluate import policy_params  # noqa: E402
+from carr_jax.model import decode  # noqa: E402
+from carr_jax.model import qwen3 as model_lib  # noqa: E402
+from carr_jax.world.expert import ExpertConfig, expert_trajectories, search_examples  # noqa: E402
 from rollout import chat  # noqa: E402
 from rollout.tools.corpus import CorpusBackend  # noqa: E402
 

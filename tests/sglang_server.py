@@ -106,7 +106,8 @@ class ScriptedServer:
   """Imitates SGLang's /generate for client tests.
 
   `script` is a list of actions consumed one per /generate request, then "ok" forever:
-  "ok" (answer), "500"/"503" (error status), "drop" (close the socket without answering),
+  "ok" (answer), "500"/"503" (error status; "503;Retry-After=0" adds that header), "drop"
+  (close the socket without answering),
   "400" (a client error), "not_json" / "no_meta" (malformed 200 answers), "echo_secrets"
   (a 401 whose body echoes an API key, a bearer token and the request's Authorization).  With
   accept_updates=False, /update_weights_from_disk reports success but the served
@@ -136,9 +137,11 @@ class ScriptedServer:
       def log_message(self, *args):  # keep pytest output clean
         pass
 
-      def _send(self, status: int, body: dict | None):
+      def _send(self, status: int, body: dict | None, headers: dict[str, str] | None = None):
         data = json.dumps(body).encode() if body is not None else b""
         self.send_response(status)
+        for name, value in (headers or {}).items():
+          self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -191,7 +194,9 @@ class ScriptedServer:
                                               "authorization": "Bearer gw-token-0123456789",
                                               "seen": self.headers.get("authorization")}})
           if action != "ok":
-            return self._send(int(action), {"error": {"message": f"scripted {action}"}})
+            status, _, retry_after = action.partition(";Retry-After=")
+            return self._send(int(status), {"error": {"message": f"scripted {status}"}},
+                              {"Retry-After": retry_after} if retry_after else None)
           out = body["input_ids"][-1] + 1
           self._send(200, {"text": "", "output_ids": [out], "meta_info": {
               "id": body["rid"], "finish_reason": {"type": "length", "length": 1},

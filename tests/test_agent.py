@@ -19,13 +19,14 @@ import time
 
 import pytest
 
+from carr_common.vocab import STATUSES, TOOL_NAMES
 from carr_jax.world import build_world
 from rollout import chat
 from rollout.agent import RolloutConfig, check_carr_record, rollout_groups, run_episode
 from rollout.engines.base import (QWEN3_VOCAB_SIZE, Engine, GenerationResult,
                                   validate_token_ids)
 from rollout.tools import BrowserSession
-from rollout.trajectory import STATUSES, check_record, read_jsonl, rollout_stats, write_jsonl
+from rollout.trajectory import check_record, read_jsonl, rollout_stats, write_jsonl
 from tests.sglang_server import sglang_server, sglang_session_server, tiny_qwen3_dirs  # noqa: F401
 from tests.test_tokenizer import qwen3_tokenizer
 
@@ -569,9 +570,9 @@ def test_jax_engine_episode_structure(fmt, backend, record):
   the log-probs must equal a teacher-forced forward pass over the recorded tokens."""
   jax = pytest.importorskip("jax")
   import numpy as np
-  from carr_jax import model as M
-  from carr_jax.model_config import get_preset
-  from rollout.engines.jax_engine import JaxEngine
+  from carr_jax.model import qwen3 as M
+  from carr_jax.model.config import get_preset
+  from carr_jax.model.engine import JaxEngine
 
   cfg = get_preset("tiny_dense")
   params = M.init_params(cfg, jax.random.key(0))
@@ -607,7 +608,6 @@ FAST_RETRIES = dict(backoff_base=0.01, backoff_max=0.05)
 
 def short_record():
   """Few prompt tokens (bare tool schemas), so it fits the test server's 512-token context."""
-  from rollout.tools import TOOL_NAMES
   return {"id": "short-0", "input_messages": [{"role": "user", "content": "Who founded Velmora?"}],
           "tools": [{"name": n} for n in TOOL_NAMES]}
 

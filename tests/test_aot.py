@@ -4,9 +4,9 @@ deviceless TPU compile itself is CI's step, in the TPU virtualenv)."""
 import jax
 import pytest
 
-from carr_jax import aot
-from carr_jax import flops as F
-from carr_jax.model_config import get_preset
+from carr_jax.jobs import aot
+from carr_jax.model import flops as F
+from carr_jax.model.config import get_preset
 from configs import cgrpo_qwen3_4b, sft_qwen3_4b
 
 

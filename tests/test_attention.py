@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from carr_jax import attention as A
-from carr_jax import model as M
-from carr_jax import sharding as S
-from carr_jax.model_config import get_preset
+from carr_jax.model import attention as A
+from carr_jax.model import qwen3 as M
+from carr_jax.model import sharding as S
+from carr_jax.model.config import get_preset
 
 
 def _inputs(b, t, k, g, h, seed=0):

@@ -1,4 +1,4 @@
-"""Tests for carr_jax/checkpointing.py on 8 fake CPU devices (a 2x2x2 mesh).
+"""Tests for carr_jax/runs/checkpointing.py on 8 fake CPU devices (a 2x2x2 mesh).
 
 Run: .venv/bin/python -m pytest tests/test_checkpointing.py -x -q
 `make_state` is also imported by the kill-and-resume child process, so both sides build
@@ -18,8 +18,8 @@ import optax
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from carr_jax import checkpointing as ck
-from carr_jax import metrics
+from carr_common.redaction import REDACTED
+from carr_jax.runs import checkpointing as ck
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET = "sk-checkpoint-test-0123456789"
@@ -100,7 +100,7 @@ def test_sharded_state_round_trip_bit_identical(tmp_path, mesh):
   assert restored.state["params"]["embed"].sharding.spec == P("fsdp", "tensor")
   assert restored.data == {"cursor": 40, "epoch": 1, "token_offset": 7, "seen": [0, 1, 2]}
   assert type(restored.data["cursor"]) is int
-  assert restored.meta == {"config": {"judge": {"api_key": metrics.REDACTED, "model": "m"},
+  assert restored.meta == {"config": {"judge": {"api_key": REDACTED, "model": "m"},
                                       "lr": 1e-6},
                            "weight_version": "10"}
   for root, _, files in os.walk(tmp_path):
@@ -235,7 +235,7 @@ _CHILD = textwrap.dedent("""
     import os, signal, sys
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     os.environ["JAX_PLATFORMS"] = "cpu"
-    from carr_jax import checkpointing as ck
+    from carr_jax.runs import checkpointing as ck
     from tests.test_checkpointing import make_mesh, make_state
     mesh = make_mesh()
     ckpt = ck.TrainCheckpointer(sys.argv[1], save_every=1, keep=3)

@@ -135,7 +135,7 @@ def test_logging_keeps_ours_and_silences_third_party_info(capsys, verbose):
     logging.getLogger("bm25s").debug("bm25s-debug")
     logging.getLogger("orbax.checkpoint").info("orbax-info")
     absl_logging.info("absl-info")
-    logging.getLogger("carr_jax.trainer").info("ours-info")
+    logging.getLogger("carr_jax.jobs.rl_train").info("ours-info")
     logging.getLogger("orbax.checkpoint").warning("orbax-warning")
     err = capsys.readouterr().err
   finally:

@@ -12,9 +12,9 @@ import jax
 import pytest
 from jax.sharding import AbstractMesh
 
-from carr_jax import components
-from carr_jax import model as model_lib
-from carr_jax import sharding
+from carr_jax.jobs import components
+from carr_jax.model import qwen3 as model_lib
+from carr_jax.model import sharding
 
 CONFIGS = [("base", None), ("demo_cpu", None), ("kinds_cpu", None), ("lookup_cpu", None),
            ("lookup_cpu", "sft"), ("lookup_cpu", "sft_main"), ("lookup_cpu", "main")] + [

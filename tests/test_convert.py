@@ -1,4 +1,4 @@
-"""Tests for the conversion CLI (carr_jax.convert): HF <-> ours round trips and --check.
+"""Tests for the conversion CLI (carr_jax.model.convert): HF <-> ours round trips and --check.
 
 The --check runs are real subprocesses (`python -m carr_jax.convert`, JAX_PLATFORMS=cpu)
 against tiny random transformers checkpoints built in tmp dirs. Run:
@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from carr_jax import convert, model, sharding
+from carr_jax import convert as convert_cli
+from carr_jax.model import convert
+from carr_jax.model import qwen3 as model
+from carr_jax.model import sharding
 from tests.test_hf_io import assert_same_tensors, make_hf_dir, read_all
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,11 +41,11 @@ def test_parse_size_and_mesh():
 def test_hf_to_ours_to_hf_is_bit_identical(tmp_path, kind, tied, dtype):
   src, _ = make_hf_dir(tmp_path / "hf", kind, tied=tied, dtype=dtype)
   ours, back = str(tmp_path / "ours"), str(tmp_path / "back")
-  assert convert.main(["--hf-to-ours", "--hf", src, "--out", ours]) == 0
+  assert convert_cli.main(["--hf-to-ours", "--hf", src, "--out", ours]) == 0
   stored = convert.read_ours_config(ours)
   assert stored.param_dtype == str(dtype).removeprefix("torch.")  # the checkpoint's own dtype
   assert stored.tie_word_embeddings == tied and stored.is_moe == (kind == "moe")
-  assert convert.main(["--ours-to-hf", "--ckpt", ours, "--out", back]) == 0
+  assert convert_cli.main(["--ours-to-hf", "--ckpt", ours, "--out", back]) == 0
   assert_same_tensors(src, back)
   with open(os.path.join(back, "config.json")) as f:
     config = json.load(f)
@@ -53,11 +56,11 @@ def test_hf_to_ours_to_hf_is_bit_identical(tmp_path, kind, tied, dtype):
 def test_bf16_source_through_fp32_ours_and_back(tmp_path):
   src, _ = make_hf_dir(tmp_path / "hf", "moe", dtype=torch.bfloat16)
   ours, back = str(tmp_path / "ours"), str(tmp_path / "back")
-  convert.main(["--hf-to-ours", "--hf", src, "--out", ours, "--param-dtype", "float32"])
+  convert_cli.main(["--hf-to-ours", "--hf", src, "--out", ours, "--param-dtype", "float32"])
   cfg, params = convert.load_ours(ours)
   assert cfg.param_dtype == "float32"
   assert params["layers"]["moe"]["gate_proj"].dtype == np.float32
-  convert.main(["--ours-to-hf", "--ckpt", ours, "--out", back, "--dtype", "bfloat16",
+  convert_cli.main(["--ours-to-hf", "--ckpt", ours, "--out", back, "--dtype", "bfloat16",
                 "--max-shard-size", "20KB"])
   assert os.path.exists(os.path.join(back, "model.safetensors.index.json"))
   assert_same_tensors(src, back)
@@ -82,15 +85,15 @@ def test_incomplete_or_existing_dirs_are_errors(tmp_path):
   src, _ = make_hf_dir(tmp_path / "hf", "dense")
   (tmp_path / "half").mkdir()
   with pytest.raises(FileNotFoundError, match="no model_config.json"):
-    convert.main(["--ours-to-hf", "--ckpt", str(tmp_path / "half"),
+    convert_cli.main(["--ours-to-hf", "--ckpt", str(tmp_path / "half"),
                   "--out", str(tmp_path / "x")])
   assert not (tmp_path / "x").exists()
   ours = str(tmp_path / "ours")
-  convert.main(["--hf-to-ours", "--hf", src, "--out", ours])
+  convert_cli.main(["--hf-to-ours", "--hf", src, "--out", ours])
   with pytest.raises(FileExistsError, match="--overwrite"):
-    convert.main(["--hf-to-ours", "--hf", src, "--out", ours])
-  assert convert.main(["--hf-to-ours", "--hf", src, "--out", ours, "--overwrite"]) == 0
-  assert convert.main(["--ours-to-hf", "--ckpt", ours]) == 2  # usage error: no --out
+    convert_cli.main(["--hf-to-ours", "--hf", src, "--out", ours])
+  assert convert_cli.main(["--hf-to-ours", "--hf", src, "--out", ours, "--overwrite"]) == 0
+  assert convert_cli.main(["--ours-to-hf", "--ckpt", ours]) == 2  # usage error: no --out
 
 
 def _run_check(hf_dir: str, *extra: str):
@@ -114,7 +117,7 @@ def test_check_cli_matches_transformers(tmp_path, kind, tied):
 
 def test_check_exit_code_follows_atol(tmp_path, capsys):
   src, _ = make_hf_dir(tmp_path / "hf", "dense")
-  returncode = convert.main(["--check", "--hf", src, "--atol", "0", "--seq-len", "8"])
+  returncode = convert_cli.main(["--check", "--hf", src, "--atol", "0", "--seq-len", "8"])
   last = capsys.readouterr().out.strip().splitlines()[-1]
   diff = float(last.removeprefix("max_abs_logit_diff="))
   assert diff <= 1e-4

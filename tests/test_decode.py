@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from carr_jax import decode as D
-from carr_jax import model as M
-from carr_jax.model_config import get_preset
-from carr_jax.sharding import path_str
+from carr_jax.model import decode as D
+from carr_jax.model import qwen3 as M
+from carr_jax.model.config import get_preset
+from carr_jax.model.sharding import path_str
 
 
 _init_jit = jax.jit(M.init_params, static_argnums=0)  # eager Flax init is ~10x slower

@@ -1,4 +1,4 @@
-"""Evaluation (carr_jax/evaluate.py, carr_jax/eval_report.py) and the eval-file decryption.
+"""Evaluation (carr_jax/jobs/evaluate.py, carr_jax/evaluation/report.py), eval-file decryption.
 
   .venv/bin/python -m pytest tests/test_evaluate.py -q
 
@@ -21,9 +21,11 @@ import sys
 import pytest
 from PIL import Image
 
-from carr_jax import eval_crypto, eval_report, step_stats
-from carr_jax import evaluate as ev
-from carr_jax.eval_store import RESULTS, TRAJECTORIES
+from carr_jax.evaluation import crypto as eval_crypto
+from carr_jax.evaluation import report as eval_report
+from carr_jax.evaluation.store import RESULTS, TRAJECTORIES
+from carr_jax.jobs import evaluate as ev
+from carr_jax.rl import step_stats
 from carr_jax.world import build_world
 from judge import Judge, JudgeConfig
 from rollout import chat
@@ -371,14 +373,12 @@ def test_decrypt_cli_reads_the_password_from_the_environment_only(tmp_path):
 def test_a_checkpoint_cannot_be_given_to_an_sglang_evaluation(tmp_path):
   """The server samples from the weights it was launched with: a --checkpoint would be
   silently ignored, so it is an error (before any work)."""
-  import types
-
   from configs import demo_cpu
   config = demo_cpu.get_config()
   config.rollout.engine = "sglang"
-  flags_ = types.SimpleNamespace(data="world:eval", checkpoint=str(tmp_path / "ckpt"),
-                                 out=str(tmp_path / "out"))
+  opts = ev.EvalOptions(data="world:eval", checkpoint=str(tmp_path / "ckpt"),
+                        out=str(tmp_path / "out"))
   with pytest.raises(ev.EvalError, match="launch it on the checkpoint's HF export"):
-    ev.run_evaluations(config, flags_)
+    ev.run_evaluations(config, opts)
   assert not (tmp_path / "out").exists()
 

@@ -1,4 +1,4 @@
-"""The fused kernels of `carr_jax.fused_attention` and how `model.attention` picks one.
+"""The fused kernels of `carr_jax.model.fused_attention` and how `model.attention` picks one.
 
 Splash runs here in Pallas interpret mode (the same kernel, on the CPU): it equals dense
 within fp32 1e-5, values and gradients, on packed and padded rows, alone and sharded under a
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from carr_jax import attention as A
-from carr_jax import fused_attention as F
-from carr_jax import sharding as S
+from carr_jax.model import attention as A
+from carr_jax.model import fused_attention as F
+from carr_jax.model import sharding as S
 from tests.test_attention import _inputs
 
 splash = jax.jit(lambda q, k, v, seg: F.splash(q, k, v, seg, interpret=True))

@@ -1,4 +1,4 @@
-"""Tests for carr_jax.hf_config / carr_jax.hf_io against tiny random transformers checkpoints.
+"""carr_jax.model.hf_config / carr_jax.model.hf_io against tiny random transformers checkpoints.
 
 Checkpoints are built here with transformers (Qwen3 / Qwen3-MoE, random non-ones norm
 weights) and `save_pretrained`; nothing is downloaded. Run:
@@ -19,8 +19,11 @@ from safetensors.torch import save_file as torch_save_file
 from transformers import (AutoConfig, AutoModelForCausalLM, Qwen3Config as HFQwen3Config,
                           Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
-from carr_jax import hf_config, hf_io, model, sharding
-from carr_jax.model_config import get_preset
+from carr_jax.model import hf_config
+from carr_jax.model import hf_io
+from carr_jax.model import qwen3 as model
+from carr_jax.model import sharding
+from carr_jax.model.config import get_preset
 
 VOCAB = 256
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 import transformers
 
-from carr_jax import hf_io
-from carr_jax import model as M
+from carr_jax.model import hf_io
+from carr_jax.model import qwen3 as M
 
 VOCAB = 320
 LENGTHS = [16, 11, 5]

@@ -8,11 +8,11 @@ import jax
 import numpy as np
 import pytest
 
-from carr_jax import decode as D
-from carr_jax import hf_io
-from carr_jax import model as M
+from carr_jax.model import decode as D
+from carr_jax.model import hf_io
+from carr_jax.model import qwen3 as M
+from carr_jax.model.engine import JaxEngine, bucket
 from rollout.engines.base import InvalidTokenIdsError, SamplingParams
-from rollout.engines.jax_engine import JaxEngine, bucket
 from tests.test_decode import tiny_setup
 
 REF_LEN = 32  # reference sequences are padded to one shape: one compile

@@ -15,9 +15,9 @@ import re
 
 import pytest
 
-from carr_jax.expert import ExpertConfig, expert_trajectories
 from carr_jax.world import build_world, named
 from carr_jax.world import ontology as on
+from carr_jax.world.expert import ExpertConfig, expert_trajectories
 from judge import Judge, JudgeConfig
 from rollout import chat
 from rollout.agent import RolloutConfig, initial_messages
@@ -96,7 +96,7 @@ def test_noisy_expert_answers_known_questions_right_in_every_sample(world):
 
 
 def test_noisy_expert_refuses_a_label_outside_the_options():
-  from carr_jax.expert import ExpertError, guess_answer
+  from carr_jax.world.expert import ExpertError, guess_answer
   gold = {"options": ["city", "organization"]}
   with pytest.raises(ExpertError, match="not one of its options"):
     guess_answer(gold, "q-1", 0, "person", known_fraction=1.0)

@@ -9,7 +9,7 @@ What this file proves, end to end through `make_train_step` (jit, shardings, mic
    row). Tokens outside the loss mask are not pushed: a trajectory whose loss mask is 0
    everywhere gives gradient 0 whatever its advantage, and garbage (even NaN) advantages and
    old/rollout log-probs at masked slots leave the update bit-for-bit unchanged.
-2. Size. The step's gradient equals the gradient of Eq. 15 (carr_jax/loss.py) normalized by
+2. Size. The step's gradient equals the gradient of Eq. 15 (carr_jax/rl/loss.py) normalized by
    N = the number of loss tokens of the WHOLE batch, computed independently: a float64 NumPy
    transcription of the tiny Qwen3 forward (checked against `forward_logits`), a float64
    log-softmax and Eq. 15, differentiated by central finite differences along one random
@@ -26,12 +26,12 @@ import numpy as np
 import optax
 import pytest
 
-from carr_jax import loss as loss_lib
-from carr_jax import model as model_lib
-from carr_jax import packing
-from carr_jax import sharding
-from carr_jax import train_step as ts
-from carr_jax.model_config import get_preset
+from carr_jax.model import qwen3 as model_lib
+from carr_jax.model import sharding
+from carr_jax.model.config import get_preset
+from carr_jax.rl import loss as loss_lib
+from carr_jax.rl import packing
+from carr_jax.rl import train_step as ts
 
 CFG = get_preset("tiny_dense", vocab_size=256)
 EPS_LOW, EPS_HIGH = loss_lib.LossConfig().eps_low, loss_lib.LossConfig().eps_high
@@ -53,7 +53,7 @@ def _rope(x, positions, theta):  # x [B, T, N, H], positions [B, T]
 
 def np_logits(p, cfg, tokens, positions, segment_ids):
   """float64 logits [B, T, V] of the dense Qwen3 (tied embeddings), written from the model's
-  definition (carr_jax/model.py docstrings, HF Qwen3): p is a float64 copy of the params."""
+  definition (carr_jax/model/qwen3.py docstrings, HF Qwen3): p is a float64 copy of the params."""
   eps, n, k, hd = cfg.rms_norm_eps, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
   b, t = tokens.shape
   emb = p["embed"]["embedding"]  # [V, D]

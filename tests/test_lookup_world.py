@@ -17,10 +17,10 @@ import re
 
 import pytest
 
-from carr_jax import heldout
-from carr_jax.expert import ExpertConfig, ExpertError, expert_trajectories
+from carr_jax.evaluation import heldout
 from carr_jax.world import build_world, lookup, named
 from carr_jax.world import ontology as on
+from carr_jax.world.expert import ExpertConfig, ExpertError, expert_trajectories
 from judge import Judge, JudgeConfig
 from rollout import chat
 from tests.test_tokenizer import qwen3_tokenizer

@@ -1,4 +1,4 @@
-"""Tests of carr_jax/loss.py against an independent float64 NumPy transcription of Eq. 15.
+"""Tests of carr_jax/rl/loss.py against an independent float64 NumPy transcription of Eq. 15.
 
 The NumPy side below is written from the paper's formula, with its gradient with respect
 to the token log-probs derived by hand (checked once against central finite differences).
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, PartitionSpec as P
 
-from carr_jax import loss as L
+from carr_jax.rl import loss as L
 
 TOL = 1e-5
 

@@ -1,4 +1,4 @@
-"""Tests for carr_jax/metrics.py: event files read back by TensorBoard's own reader and server.
+"""Tests for carr_jax/runs/metrics.py: event files read back by TensorBoard's own reader and server.
 
 Run: .venv/bin/python -m pytest tests/test_metrics.py -x -q
 """
@@ -22,7 +22,8 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2 as hparams_pb2
 from tensorboard.util import tensor_util
 
-from carr_jax import metrics
+from carr_common.redaction import REDACTED
+from carr_jax.runs import metrics
 
 SECRET = "sk-unit-test-secret-0123456789"
 
@@ -89,7 +90,7 @@ def test_written_run_reads_back_exactly(tmp_path):
   assert hparams["optim.clip"].bool_value is True
   assert hparams["optim.betas"].string_value == "(0.9, 0.999)"
   assert hparams["judge.timeout"].string_value == "None"
-  assert hparams["judge.api_key"].string_value == metrics.REDACTED
+  assert hparams["judge.api_key"].string_value == REDACTED
   assert set(hparams) == set(flat)
 
   (table_event,) = acc.Tensors(metrics.CONFIG_TEXT_TAG)
@@ -97,7 +98,7 @@ def test_written_run_reads_back_exactly(tmp_path):
   table = tensor_util.make_ndarray(table_event.tensor_proto)  # [N, 2]
   rows = {k.decode(): v.decode() for k, v in table}
   assert rows["model.preset"] == "tiny_dense"
-  assert rows["judge.api_key"] == metrics.REDACTED
+  assert rows["judge.api_key"] == REDACTED
   for path in glob.glob(os.path.join(str(tmp_path), "events.out.tfevents.*")):
     with open(path, "rb") as f:
       assert SECRET.encode() not in f.read()
@@ -159,14 +160,31 @@ def test_redact_masks_secret_keys_and_secret_values(monkeypatch):
   })
   redacted = metrics.redact(config)
   assert redacted == {
-      "judge": {"api_key": metrics.REDACTED, "openaiApiKey": metrics.REDACTED,
+      "judge": {"api_key": REDACTED, "openaiApiKey": REDACTED,
                 "max_tokens": 128,
-                "backends": [{"name": "a", "password": metrics.REDACTED},
-                             {"name": "b", "url": metrics.REDACTED}]},
-      "hf_token": metrics.REDACTED, "client_secret": metrics.REDACTED, "tokenizer": "qwen",
-      "num_tokens": 3, "api_keys": metrics.REDACTED, "keyword": "api",
+                "backends": [{"name": "a", "password": REDACTED},
+                             {"name": "b", "url": REDACTED}]},
+      "hf_token": REDACTED, "client_secret": REDACTED, "tokenizer": "qwen",
+      "num_tokens": 3, "api_keys": REDACTED, "keyword": "api",
   }
   assert config.judge.api_key == SECRET  # the input is not modified
+
+
+def test_redact_removes_credentials_inside_innocent_strings(monkeypatch):
+  monkeypatch.setenv("JUDGE_API_KEY", "abcdefgh-secret-value")
+  config = ml_collections.ConfigDict({
+      "judge": {"base_url": "https://user:hunter22@llm.example/v1", "model": "qwen"},
+      "tools": {"search_url": "https://search.example/?q=x&key=sk-ABCDEFGHIJKLMNOP",
+                "reader_url": "https://r.example/ask?k=abcdefgh-secret-value"},
+      "rollout": {"system_prompt": "Think, then answer."}})
+  redacted = metrics.redact(config)
+  assert redacted["judge"] == {"base_url": f"https://{REDACTED}@llm.example/v1",
+                               "model": "qwen"}
+  tools = redacted["tools"]
+  assert "sk-ABCDEFGHIJKLMNOP" not in tools["search_url"]
+  assert tools["search_url"].startswith("https://search.example/?q=x&")
+  assert tools["reader_url"] == f"https://r.example/ask?k={REDACTED}"
+  assert redacted["rollout"] == {"system_prompt": "Think, then answer."}
 
 
 def test_format_summary_is_one_compact_line():
@@ -259,7 +277,7 @@ def test_tensorboard_server_serves_the_tags(tmp_path, load_fast):
 def test_closing_summary_names_both_ends_and_every_output_then_ends_on_heldout(tmp_path):
   import ml_collections
 
-  from carr_jax import heldout
+  from carr_jax.evaluation import heldout
   workdir = str(tmp_path)
   for sub in ("tb", "checkpoints", "hf"):
     os.makedirs(os.path.join(workdir, sub))
@@ -278,7 +296,8 @@ def test_closing_summary_names_both_ends_and_every_output_then_ends_on_heldout(t
 
 
 def test_pass_at_group_counts_groups_with_any_correct_episode():
-  from carr_jax import rewards, step_stats
+  from carr_jax.rl import rewards
+  from carr_jax.rl import step_stats
   outcome = np.array([[0, 0, 0, 0], [0, 1, 0, 0], [1, 1, 1, 1]], np.float64)  # [P, G]
   groups = rewards.compute_group_advantages(outcome, np.zeros_like(outcome),
                                             np.ones_like(outcome, bool))

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from jax.sharding import AbstractMesh
 
-from carr_jax import model as M
-from carr_jax import sharding as S
-from carr_jax.model_config import get_preset
+from carr_jax.model import qwen3 as M
+from carr_jax.model import sharding as S
+from carr_jax.model.config import get_preset
 
 
 def _random_norms(params, seed=1):

@@ -9,7 +9,7 @@ of its 8 devices:
 - SFT steps: every process packs the same batch (as every `SFTTrainer` does) and runs the
   step the RL trainer's builder makes (`train_step.make_step`) on host arrays.
 - HF export during a run: after a train step, the checkpointer's save calls the trainer's
-  export hook (`trainer.hf_export_fn` -> `hf_io.save_hf`) on every process, with the params
+  export hook (`run_setup.hf_export_fn` -> `hf_io.save_hf`) on every process, with the params
   split over both processes (fsdp 4). The exported safetensors must equal the single-process
   export of the same params, and the gathered params themselves.
 Loss, gradient norm and a parameter checksum must equal the single-process run.
@@ -44,7 +44,7 @@ PRELUDE = textwrap.dedent("""
                                process_id=int(sys.argv[2]))
     import numpy as np
     from jax.experimental import multihost_utils
-    from carr_jax import sharding
+    from carr_jax.model import sharding
     from tests.test_multihost import checksum
     OUT = sys.argv[3]
     mesh = sharding.make_mesh(json.loads(sys.argv[4]))
@@ -59,8 +59,9 @@ PRELUDE = textwrap.dedent("""
 """)
 
 RL_WORKER = """
-    from carr_jax import loss as loss_lib, train_step as ts
-    from carr_jax.trainer import share_batch
+    from carr_jax.rl import loss as loss_lib
+    from carr_jax.rl import train_step as ts
+    from carr_jax.jobs.rl_train import share_batch
     from tests.test_multihost import lead_batch, with_loss_positions
     from tests.test_train_step import CFG, SGD
     batch = share_batch(lead_batch() if jax.process_index() == 0 else None)
@@ -78,8 +79,10 @@ SFT_WORKER = """
 
 EXPORT_WORKER = """
     from ml_collections import ConfigDict
-    from carr_jax import checkpointing as ckpt_lib, loss as loss_lib, train_step as ts
-    from carr_jax.trainer import hf_export_fn
+    from carr_jax.runs import checkpointing as ckpt_lib
+    from carr_jax.rl import loss as loss_lib
+    from carr_jax.rl import train_step as ts
+    from carr_jax.jobs.run_setup import hf_export_fn
     from tests.test_train_step import CFG, SGD, make_batch
     state, shardings = ts.create_train_state(CFG, SGD, mesh, seed=0)
     step = ts.make_train_step(CFG, loss_lib.LossConfig(), ts.StepConfig(), SGD, mesh, shardings)
@@ -105,7 +108,7 @@ def lead_batch():
 
 def with_loss_positions(batch):
   """What `Trainer.update` adds to the shared batch: old log-probs, loss positions."""
-  from carr_jax import packing
+  from carr_jax.rl import packing
   batch["old_logprobs"] = batch["rollout_logprobs"]
   batch["loss_index"], batch["loss_valid"] = packing.loss_positions(batch["loss_mask"] > 0, 8)
   return batch
@@ -114,14 +117,14 @@ def with_loss_positions(batch):
 def sft_run(mesh, steps=2):
   """Two SFT steps (SGD 1, 2 micro-batches) on test_sft's packed batch of 8 rows:
   (state, metrics of the last step)."""
-  from carr_jax import sft
-  from carr_jax import train_step as ts
+  from carr_jax.coldstart import step as sft_step
+  from carr_jax.rl import train_step as ts
   from tests.test_sft import CFG, packed_batch
   tx = optax.sgd(1.0)
   _, batch = packed_batch(rows=8)
   state, shardings = ts.create_train_state(CFG, tx, mesh, seed=0)
-  step = sft.make_sft_step(CFG, sft.SFTStepConfig(micro_batches=2, logprob_chunk=8), tx, mesh,
-                           shardings)
+  step = sft_step.make_sft_step(
+      CFG, sft_step.SFTStepConfig(micro_batches=2, logprob_chunk=8), tx, mesh, shardings)
   for _ in range(steps):
     state, metrics = step(state, batch)
   return state, metrics
@@ -176,7 +179,7 @@ def test_sft_steps_two_processes_equal_one(tmp_path):
   """Host batches into a step sharded over 2 processes (was: "Passing non-trivial shardings
   for numpy inputs is not allowed")."""
   multi = run_two_processes(SFT_WORKER, tmp_path)
-  from carr_jax import sharding
+  from carr_jax.model import sharding
   state, metrics = sft_run(sharding.make_mesh(MESH, jax.devices()[:4]))
   assert_same_step(multi, jax.device_get(metrics), jax.device_get(state.params))
 
@@ -185,8 +188,8 @@ def test_sft_steps_two_processes_equal_one(tmp_path):
 def test_hf_export_during_a_two_process_run(tmp_path):
   """The checkpointer's HF export (hf_export_every) with params split over 2 processes: it
   used to run on process 0 only and hang in save_hf's final collective."""
-  from carr_jax import hf_io
-  from carr_jax import model as model_lib
+  from carr_jax.model import hf_io
+  from carr_jax.model import qwen3 as model_lib
   from tests.test_train_step import CFG
   run_two_processes(EXPORT_WORKER, tmp_path, mesh={"fsdp": 4})
   exported = tmp_path / "hf" / "step_1"

@@ -15,10 +15,10 @@ import re
 import numpy as np
 import pytest
 
-from carr_jax import heldout
-from carr_jax.evidence_plot import evidence_graph
-from carr_jax.expert import ExpertConfig, expert_trajectories
+from carr_jax.evaluation import heldout
+from carr_jax.evaluation.evidence_plot import evidence_graph
 from carr_jax.world import build_world
+from carr_jax.world.expert import ExpertConfig, expert_trajectories
 from judge import Judge, JudgeConfig
 from judge.breakdown import Breakdown
 from rollout import chat

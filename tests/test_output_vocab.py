@@ -1,4 +1,4 @@
-"""Restricted output vocabulary (`Qwen3Config.output_ids`, carr_jax/output_vocab.py).
+"""Restricted output vocabulary (`Qwen3Config.output_ids`, carr_jax/world/output_vocab.py).
 
   .venv/bin/python -m pytest tests/test_output_vocab.py -q
 
@@ -14,10 +14,17 @@ import jax
 import numpy as np
 import pytest
 
-from carr_jax import components, convert, decode, hf_config, hf_io, output_vocab, packing, sft
-from carr_jax import model as M
-from carr_jax import train_step as ts
-from carr_jax.model_config import Qwen3Config, get_preset
+from carr_jax.coldstart import step as sft_step
+from carr_jax.jobs import components
+from carr_jax.model import convert
+from carr_jax.model import decode
+from carr_jax.model import hf_config
+from carr_jax.model import hf_io
+from carr_jax.model import qwen3 as M
+from carr_jax.model.config import Qwen3Config, get_preset
+from carr_jax.rl import packing
+from carr_jax.rl import train_step as ts
+from carr_jax.world import output_vocab
 from tests.test_decode import tiny_setup
 
 VOCAB = 512
@@ -214,9 +221,9 @@ def test_check_output_vocab():
   # The SFT batch builder checks its packed loss tokens.
   examples = [{"token_ids": [1, 2, 5, 9], "loss_mask": [0, 1, 1, 1]}]
   pack_cfg = packing.PackingConfig(row_lengths=(8,))
-  sft.make_batch(examples, pack_cfg, 4, cfg)
+  sft_step.make_batch(examples, pack_cfg, 4, cfg)
   with pytest.raises(ValueError, match="token id 4"):
-    sft.make_batch([{"token_ids": [1, 2, 4], "loss_mask": [0, 1, 1]}], pack_cfg, 4, cfg)
+    sft_step.make_batch([{"token_ids": [1, 2, 4], "loss_mask": [0, 1, 1]}], pack_cfg, 4, cfg)
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +234,7 @@ def fmt():
 
 
 def test_world_output_ids_cover_the_expert_and_are_small(fmt):
-  from carr_jax.expert import ExpertConfig, expert_trajectories
+  from carr_jax.world.expert import ExpertConfig, expert_trajectories
   from carr_jax.world import build_world
   from rollout import chat
   world = build_world(seed=0, num_entities=40, num_questions=8)

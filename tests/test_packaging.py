@@ -22,7 +22,7 @@ from setuptools import find_packages
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-TOP_LEVEL = ("carr_jax", "rollout", "judge", "configs")
+TOP_LEVEL = ("carr_jax", "rollout", "judge", "carr_common", "configs")
 CONSOLE_SCRIPTS = ("carr-jax-train", "carr-jax-sft", "carr-jax-evaluate", "carr-jax-convert",
                    "carr-jax-judge-server")
 MODULE_ENTRY_POINTS = ("carr_jax.train", "carr_jax.sft", "carr_jax.evaluate",
@@ -113,7 +113,7 @@ for top in ("carr_jax", "rollout", "judge", "configs"):
 for name in names:
   module = importlib.import_module(name)
   assert module.__file__.startswith(venv), (name, module.__file__)
-from carr_jax.fetch_tokenizer import chat_template
+from carr_jax.model.tokenizer import chat_template
 assert "<think>" in chat_template()
 from carr_jax.cli import load_config
 config = load_config("configs/demo_cpu.py")  # not in the working directory: the shipped one

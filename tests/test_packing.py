@@ -1,4 +1,4 @@
-"""Tests of trajectory packing (carr_jax/packing.py): placement, alignment, buckets.
+"""Tests of trajectory packing (carr_jax/rl/packing.py): placement, alignment, buckets.
 
 Run: .venv/bin/python -m pytest tests/test_packing.py -q
 """
@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from carr_jax import loss as L
-from carr_jax import packing as pk
+from carr_jax.rl import loss as L
+from carr_jax.rl import packing as pk
 
 
 def _record(rng, n, vocab=50, name=None):
@@ -150,7 +150,8 @@ def test_first_fit_decreasing_hand_case():
 def test_overflow_error_and_truncate():
   recs = _lengths_to_records([5, 30])
   with pytest.raises(ValueError, match=r"trajectory 1: 31 tokens need 30 slots"):
-    pk.pack_trajectories(recs, [0.5, 1.0], pk.PackingConfig(row_lengths=(8, 16)))
+    pk.pack_trajectories(recs, [0.5, 1.0],
+                         pk.PackingConfig(row_lengths=(8, 16), overflow="error"))
   b = pk.pack_trajectories(recs, [0.5, 1.0],
                            pk.PackingConfig(row_lengths=(8, 16), overflow="truncate"))
   assert b.num_truncated == 1 and b.shape[1] == 16

@@ -14,11 +14,11 @@ import textwrap
 import jax
 import numpy as np
 
-from carr_jax import checkpointing as ckpt_lib
-from carr_jax import loss as loss_lib
-from carr_jax import sharding
-from carr_jax import train_step as ts
-from carr_jax.model_config import get_preset
+from carr_jax.model import sharding
+from carr_jax.model.config import get_preset
+from carr_jax.rl import loss as loss_lib
+from carr_jax.rl import train_step as ts
+from carr_jax.runs import checkpointing as ckpt_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFG = get_preset("tiny_dense", vocab_size=256)
@@ -53,7 +53,7 @@ CHILD = textwrap.dedent("""
     import jax
     jax.config.update("jax_default_matmul_precision", "highest")
     from tests.test_resume import setup, batch_for
-    from carr_jax import checkpointing as ckpt_lib
+    from carr_jax.runs import checkpointing as ckpt_lib
     mesh, tx, state, shardings, step = setup()
     ckpt = ckpt_lib.TrainCheckpointer({ckpt!r}, save_every=1, keep=5,
                                       export_params=lambda s: s.params)

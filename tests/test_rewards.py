@@ -1,4 +1,4 @@
-"""Table tests of C-GRPO reward mixing and group advantages (carr_jax/rewards.py).
+"""Table tests of C-GRPO reward mixing and group advantages (carr_jax/rl/rewards.py).
 
 Expected values are worked by hand from paper Eq. 13-14 and the release's branch.
 Run: .venv/bin/python -m pytest tests/test_rewards.py -q
@@ -6,7 +6,7 @@ Run: .venv/bin/python -m pytest tests/test_rewards.py -q
 import numpy as np
 import pytest
 
-from carr_jax import rewards as rw
+from carr_jax.rl import rewards as rw
 
 T, F = True, False
 NAN = float("nan")

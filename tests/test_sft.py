@@ -18,10 +18,13 @@ import numpy as np
 import optax
 import pytest
 
-from carr_jax import sft, sft_data, sharding
-from carr_jax import model as model_lib
-from carr_jax import train_step as ts
-from carr_jax.model_config import get_preset
+from carr_jax.coldstart import examples as sft_data
+from carr_jax.coldstart import step as sft_step
+from carr_jax.jobs import sft_train
+from carr_jax.model import qwen3 as model_lib
+from carr_jax.model import sharding
+from carr_jax.model.config import get_preset
+from carr_jax.rl import train_step as ts
 from configs import sft_demo_cpu
 from rollout import chat
 from rollout.tools.schemas import tool_schemas
@@ -140,8 +143,9 @@ def packed_batch(seed=0, rows=4, seq=24):
     mask[:2] = 0
     examples.append({"token_ids": rng.integers(0, CFG.vocab_size, n).tolist(),
                      "loss_mask": mask.tolist()})
-  pack_cfg = sft.packing.PackingConfig(row_lengths=(seq,), row_multiple=rows, coarse_rows=False)
-  batch, _ = sft.make_batch(examples, pack_cfg, loss_multiple=4)
+  pack_cfg = sft_step.packing.PackingConfig(row_lengths=(seq,), row_multiple=rows,
+                                                coarse_rows=False)
+  batch, _ = sft_step.make_batch(examples, pack_cfg, loss_multiple=4)
   return examples, batch
 
 
@@ -166,8 +170,8 @@ def run(batch, micro_batches, tx=optax.sgd(1.0), steps=1):
   mesh = sharding.make_mesh({"data": 2}, jax.devices()[:2])
   state, shardings = ts.create_train_state(CFG, tx, mesh, seed=0)
   params0 = jax.device_get(state.params)
-  step = sft.make_sft_step(CFG, sft.SFTStepConfig(micro_batches, logprob_chunk=8), tx, mesh,
-                           shardings)
+  step = sft_step.make_sft_step(
+      CFG, sft_step.SFTStepConfig(micro_batches, logprob_chunk=8), tx, mesh, shardings)
   out = []
   for _ in range(steps):
     state, m = step(state, batch)
@@ -196,23 +200,24 @@ def test_sft_loss_is_cross_entropy_on_assistant_tokens_and_micro_batch_invariant
 def test_loss_falls_on_expert_trajectories_also_on_held_out_ones(fmt):
   """The scripted expert's episodes (first 1,024 tokens: prompt and the first tool turns):
   training on two of them lowers the loss on two others, as the format is shared."""
-  from carr_jax.expert import ExpertConfig, expert_trajectories
+  from carr_jax.world.expert import ExpertConfig, expert_trajectories
   from carr_jax.world import build_world
   world = build_world(0, 60, 12)
   trajs = asyncio.run(expert_trajectories(world.train[:4], world.corpus_backend(), fmt,
                                           ExpertConfig(search_results=1, use_find=False)))
   cfg = get_preset("tiny_dense")
-  pack_cfg = sft.packing.PackingConfig(row_lengths=(1024,), overflow="truncate",
+  pack_cfg = sft_step.packing.PackingConfig(row_lengths=(1024,), overflow="truncate",
                                        coarse_rows=False)
-  train, _ = sft.make_batch(trajs[:2], pack_cfg)
-  held_out, _ = sft.make_batch(trajs[2:], pack_cfg)
+  train, _ = sft_step.make_batch(trajs[:2], pack_cfg)
+  held_out, _ = sft_step.make_batch(trajs[2:], pack_cfg)
   assert train["loss_valid"].sum() > 100
   mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
   tx = ts.make_optimizer(ts.OptimConfig(learning_rate=3e-2, weight_decay=0.0))
   state, shardings = ts.create_train_state(cfg, tx, mesh, seed=0)
-  step = sft.make_sft_step(cfg, sft.SFTStepConfig(logprob_chunk=128), tx, mesh, shardings)
-  nll = jax.jit(lambda p, b: (lambda n, t, *_: n / t)(*sft.loss_sums(
-      p, cfg, sft.SFTStepConfig(logprob_chunk=128), b)))
+  step = sft_step.make_sft_step(cfg, sft_step.SFTStepConfig(logprob_chunk=128), tx, mesh,
+                                   shardings)
+  nll = jax.jit(lambda p, b: (lambda n, t, *_: n / t)(*sft_step.loss_sums(
+      p, cfg, sft_step.SFTStepConfig(logprob_chunk=128), b)))
   before = float(nll(state.params, held_out))
   losses = []
   for _ in range(5):
@@ -259,17 +264,17 @@ def test_sft_loop_writes_metrics_and_checkpoints_and_resumes(tmp_path):
   data = tmp_path / "conv.jsonl"
   data.write_text("".join(json.dumps(r) + "\n" for r in conversations(16)))
   config = demo_config(data)
-  history = sft.train_sft(config, str(tmp_path / "run"))
+  history = sft_train.train_sft(config, str(tmp_path / "run"))
   assert len(history) == 3 and history[-1]["train/loss"] < history[0]["train/loss"]
   assert all(m["train/tokens"] > 0 and m["train/packing_rows"] % 8 == 0 for m in history)
   assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["2", "3"]
   assert any(p.startswith("events") for p in os.listdir(tmp_path / "run" / "tb"))
   # Resume: the 3 finished steps are not redone; step 4 continues the data loader.
   config.sft.num_steps = 4
-  resumed = sft.train_sft(config, str(tmp_path / "run"))
+  resumed = sft_train.train_sft(config, str(tmp_path / "run"))
   assert len(resumed) == 1 and resumed[0]["train/loss"] < history[0]["train/loss"]
   # The RL trainer (and evaluate) take the SFT params through checkpoint.init_dir.
-  from carr_jax import checkpointing as ckpt_lib
+  from carr_jax.runs import checkpointing as ckpt_lib
   cfg = get_preset(config.model.preset)
   mesh = sharding.make_mesh({"data": -1})
   abstract = model_lib.abstract_params(cfg)
@@ -315,7 +320,7 @@ def test_sft_then_evaluate_cli_tool_calls_well_formed(tmp_path):
 def test_paper_sft_config_resolves_and_shards(arg):
   from jax.sharding import AbstractMesh
 
-  from carr_jax import components
+  from carr_jax.jobs import components
   from configs import sft_qwen3_4b
   c = sft_qwen3_4b.get_config(arg)
   c.lock()

@@ -62,6 +62,29 @@ def test_retries_5xx_and_dropped_connections_then_succeeds():
   assert srv.requests[0]["sampling_params"]["stop_token_ids"] == [151643, 151645]
 
 
+def test_retry_after_replaces_a_long_backoff():
+  with ScriptedServer(["503;Retry-After=0"] * 2) as srv:
+    start = time.monotonic()
+    result = run(one(srv.url, backoff_base=30.0, backoff_max=60.0))
+    assert time.monotonic() - start < 10.0  # the 30 s backoff was never slept
+  assert result.ok and result.attempts == 3 and len(srv.requests) == 3
+
+
+def test_one_engine_serves_several_event_loops():
+  """Each event loop gets its own HTTP client; close() closes the running loop's."""
+  with ScriptedServer() as srv:
+    engine = SGLangEngine(srv.url, **FAST)
+
+    async def go():
+      try:
+        return await engine.generate(PROMPT, SamplingParams(max_new_tokens=1))
+      finally:
+        await engine.close()
+
+    results = [run(go()) for _ in range(2)]
+  assert all(r.ok and r.attempts == 1 for r in results)
+
+
 def test_gives_up_after_retry_budget_and_marks_failed():
   with ScriptedServer(["503"] * 10) as srv:
     result = run(one(srv.url, max_retries=2))
@@ -212,6 +235,7 @@ def test_update_weights_flushes_old_cache_after_waiting_for_idle():
     server.busy = True
     with pytest.raises(WeightUpdateError, match=r"not flushed .*7.5 s.*HTTP 400"):
       run(go(server.url))
+    assert [path for path, _ in server.control].count("/flush_cache") == 1  # one attempt
 
 
 def test_inconsistent_logprob_ids_mark_result_failed():

@@ -11,12 +11,12 @@ import jax
 import numpy as np
 import pytest
 
-from carr_jax import hf_io
-from carr_jax import loss as loss_lib
-from carr_jax import model as M
-from carr_jax import sharding
-from carr_jax import train_step as ts
-from rollout.engines.jax_engine import JaxEngine
+from carr_jax.model import hf_io
+from carr_jax.model import qwen3 as M
+from carr_jax.model import sharding
+from carr_jax.model.engine import JaxEngine
+from carr_jax.rl import loss as loss_lib
+from carr_jax.rl import train_step as ts
 from rollout.engines.sglang import SGLangEngine
 from tests.sglang_server import sglang_server, sglang_session_server, tiny_qwen3_dirs  # noqa: F401
 from tests.test_sglang_engine import GREEDY, PROMPT

@@ -1,4 +1,4 @@
-"""carr_jax.shortcut_report: the comparison's summary.json, table and plot from real run files.
+"""carr_jax.evaluation.shortcuts: the comparison's summary.json, table and plot from real run files.
 
 The run directories are written with the trainer's own writers (`metrics.MetricsWriter` for
 TensorBoard scalars, `heldout.save` for held-out evaluations), so the report reads exactly
@@ -14,7 +14,10 @@ import os
 import numpy as np
 import pytest
 
-from carr_jax import heldout, metrics, shortcut_report
+from carr_jax import shortcut_report as report_cli
+from carr_jax.evaluation import heldout
+from carr_jax.evaluation import shortcuts as shortcut_report
+from carr_jax.runs import metrics
 
 
 def _run(workdir, tool_calls, accuracy, shortcut):
@@ -58,7 +61,7 @@ def test_unpaired_seeds_are_refused(tmp_path):
   _run(str(tmp_path / "cgrpo_seed1"), [1.0], 0.5, 0.5)
   with pytest.raises(ValueError, match="same seeds"):
     shortcut_report.summarize(str(tmp_path))
-  assert shortcut_report.main([str(tmp_path)]) == 2
+  assert report_cli.main([str(tmp_path)]) == 2
 
 
 def test_edge_mean():

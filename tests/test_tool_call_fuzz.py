@@ -12,7 +12,7 @@ import collections
 import json
 import random
 
-from carr_jax.safe_text import json_depth
+from carr_common.safe_text import json_depth
 from rollout import chat
 from rollout.agent import RolloutConfig, assistant_message, run_episode
 from rollout.engines.base import QWEN3_VOCAB_SIZE, Engine, GenerationResult

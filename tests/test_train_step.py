@@ -5,10 +5,10 @@ import numpy as np
 import optax
 import pytest
 
-from carr_jax import loss as loss_lib
-from carr_jax import sharding
-from carr_jax import train_step as ts
-from carr_jax.model_config import get_preset
+from carr_jax.model import sharding
+from carr_jax.model.config import get_preset
+from carr_jax.rl import loss as loss_lib
+from carr_jax.rl import train_step as ts
 
 CFG = get_preset("tiny_dense", vocab_size=256)
 # Plain SGD with lr 1 in the equivalence tests: params_after - params_before == -gradient,
@@ -144,7 +144,7 @@ def test_warmup_and_clipping_optimizer():
 
 def test_packed_and_unpacked_batches_give_the_same_step():
   """Trajectories packed several to a row == one per row (loss, metrics and update)."""
-  from carr_jax import packing
+  from carr_jax.rl import packing
   rng = np.random.default_rng(3)
   trajs, advantages = [], []
   for length in (9, 14, 6, 11, 13, 7, 10, 12):
@@ -176,7 +176,7 @@ def test_packed_and_unpacked_batches_give_the_same_step():
 def test_logits_only_at_loss_positions_change_nothing():
   """Gathering the loss slots ([R, K] index) == logits at every slot: log-probs there, the
   loss, every metric and the update, sharded over 2x2x2 with micro-batches and the KL term."""
-  from carr_jax import packing
+  from carr_jax.rl import packing
   batch = make_batch(seq=40)
   batch["ref_logprobs"] = batch["rollout_logprobs"] - 0.1
   batch["loss_index"], batch["loss_valid"] = packing.loss_positions(batch["loss_mask"] > 0, 8)

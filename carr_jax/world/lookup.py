@@ -18,7 +18,7 @@ subject studied at is of the kind organization." An agent searches "glossary <te
 ranks first, and it answers citing the page's URL. Each record has one rubric, about E0, the
 answer kind itself ("Whatever a subject studied at is of the kind <E0>."), supported only when
 the cited content holds that sentence: a right answer without the citation earns outcome 1 and
-rubric reward 0, a shortcut by the definition of `carr_jax.heldout` (right, evidence not
+rubric reward 0, a shortcut by the definition of `carr_jax.evaluation.heldout` (right, evidence not
 connected).
 
 The search term and the URL are read off the question's words (a relation out of five, or the

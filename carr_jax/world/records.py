@@ -18,8 +18,8 @@ from pathlib import Path
 import networkx as nx
 
 from carr_jax.world import compose, lookup, named
-from carr_jax.world.graph import build_graph
 from carr_jax.world import pages as pages_lib
+from carr_jax.world.graph import build_graph
 from carr_jax.world.pages import EntityPage, render_pages
 from carr_jax.world.questions import Question
 from rollout.tools.schemas import brief_tool_schemas, tool_schemas

@@ -10,13 +10,21 @@
   reaches the server that runs it.
 - Token ids are checked against `vocab_size` before sending: an out-of-range id crashes the
   server instead of failing the request.
-- Concurrency is bounded by a semaphore; each request goes to the least-loaded server URL
-  (in-flight count; round-robin among ties), skipping URLs that refused a connection recently.
-- Connection errors and 5xx answers are retried with exponential backoff (on any URL); 4xx
-  answers are not.  A request that exhausts `max_retries` comes back with finish_reason
-  "failed" and the last error; it never raises.
+- Concurrency is bounded by a semaphore per event loop (each loop also gets its own httpx
+  client); each request goes to the least-loaded server URL (in-flight count; round-robin
+  among ties), skipping URLs that refused a connection recently.
+- Requests are retried under the project's one HTTP policy (carr_common.http_retry) with
+  `max_retries`, `backoff_base` and `backoff_max` as its retries, base delay and max delay:
+  transport errors, timeouts and 408, 425, 429, 500, 502, 503, 504 are retried (on any URL
+  when none is pinned) after a full-jitter exponential backoff or the server's Retry-After;
+  other statuses are not.  Every retried call is safe to repeat: a retried /generate gets a
+  fresh rid, and loading the same weights or aborting twice changes nothing.  /health and
+  /flush_cache are single attempts (the `once` policy): wait_until_ready polls /health on its
+  own, and a flush already waits up to `idle_timeout` for the server.  A /generate that
+  exhausts the policy comes back with finish_reason "failed" and the last error; it never
+  raises.
 - Error text (a failed result's `error`, SGLangError, WeightUpdateError) passes through
-  `judge.redaction.redact`: no API key, Authorization value or URL password reaches a
+  `carr_common.redaction.redact`: no API key, Authorization value or URL password reaches a
   trajectory record or a log, even when a server or gateway echoes one.
 - `update_weights_from_disk` loads new weights on every server, flushes the KV cache the old
   weights produced, then confirms through `/model_info` that each reports the new
@@ -39,8 +47,8 @@ pre-temperature log-probs; carr_jax does not set it.)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
-import random
 import time
 import uuid
 from collections.abc import Sequence
@@ -48,14 +56,16 @@ from typing import Any
 
 import httpx
 
-from judge.redaction import redact
+from carr_common.http_retry import (AttemptFailed, GaveUp, LoopPool, RetryPolicy, status_failure,
+                                    with_retries)
+from carr_common.redaction import redact
 from rollout.engines.base import (QWEN3_VOCAB_SIZE, Engine, GenerationResult, SamplingParams,
                                   validate_token_ids)
 
 
 class SGLangError(RuntimeError):
   """A request that could not be served (after retries, or refused with a 4xx). The message
-  is redacted (judge.redaction): a server or gateway may echo credentials."""
+  is redacted (carr_common.redaction): a server or gateway may echo credentials."""
 
   def __init__(self, message: str, attempts: int):
     super().__init__(redact(message))
@@ -110,14 +120,13 @@ class SGLangEngine(Engine):
       raise ValueError("urls: need at least one server URL")
     self.vocab_size = vocab_size
     self.max_concurrency = max_concurrency
-    self.max_retries = max_retries
-    self.backoff_base, self.backoff_max = backoff_base, backoff_max
+    self.policy = RetryPolicy(retries=max_retries, base_delay=backoff_base,
+                              max_delay=backoff_max)
+    self.once = dataclasses.replace(self.policy, retries=0)  # probes and the cache flush
     self.down_cooldown = down_cooldown
     self.idle_timeout = idle_timeout  # s a server may take to finish requests before a flush
-    self._semaphore = asyncio.Semaphore(max_concurrency)
-    self._client = httpx.AsyncClient(
-        timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
-        limits=httpx.Limits(max_connections=max_concurrency + 4 * len(self.urls)))
+    self._timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
+    self._pool = LoopPool(self._new_loop_state, _close_loop_state)
     self._inflight = {u: 0 for u in self.urls}
     self._down_until = {u: 0.0 for u in self.urls}
     self._tiebreak = itertools.count()
@@ -134,43 +143,56 @@ class SGLangEngine(Engine):
     ties = [u for u in up if self._inflight[u] == least]
     return ties[next(self._tiebreak) % len(ties)]
 
-  def _backoff(self, attempt: int) -> float:
-    delay = min(self.backoff_max, self.backoff_base * 2 ** attempt)
-    return delay * (0.5 + random.random() / 2)  # jitter: retries of a batch do not line up
+  def _new_loop_state(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+    limits = httpx.Limits(max_connections=self.max_concurrency + 4 * len(self.urls))
+    return (httpx.AsyncClient(timeout=self._timeout, limits=limits),
+            asyncio.Semaphore(self.max_concurrency))
 
-  async def _call(self, method: str, path: str, payload: dict | None = None, *,
-                  url: str | None = None, rid: str | None = None) -> tuple[Any, int]:
-    """HTTP call with retries on transport errors and 5xx. Returns (json body, attempts)."""
-    last_error = ""
-    for attempt in range(self.max_retries + 1):
+  async def _send(self, method: str, path: str, payload: dict | None = None, *,
+                  url: str | None = None, rid: str | None = None,
+                  policy: RetryPolicy | None = None,
+                  **kwargs: Any) -> tuple[httpx.Response, int]:
+    """A response below 400 and the attempts it took, under `policy` (default: self.policy),
+    on `url` or else the least-loaded server of each attempt; raises SGLangError."""
+    client = self._pool.get()[0]
+
+    async def attempt(number: int) -> tuple[httpx.Response, int]:
       target = url or self._pick_url()
       if rid is not None:
         # A retry gets a fresh server-side id: if only the connection broke, the first try
         # may still be running there, and SGLang rejects a duplicate rid with a 400.
-        payload["rid"] = rid if attempt == 0 else f"{rid}.retry{attempt}"
+        payload["rid"] = rid if number == 1 else f"{rid}.retry{number - 1}"
         self._rid_url[rid] = (target, payload["rid"])
       self._inflight[target] += 1
       try:
-        resp = await self._client.request(method, target + path, json=payload)
+        resp = await client.request(method, target + path, json=payload, **kwargs)
       except httpx.TransportError as e:
-        last_error = f"{target}{path}: {type(e).__name__}: {e}"
         self._down_until[target] = time.monotonic() + self.down_cooldown
-      else:
-        if resp.status_code < 400:
-          try:
-            return (resp.json() if resp.content else None), attempt + 1
-          except ValueError:
-            raise SGLangError(f"{target}{path}: answer is not JSON: {resp.text[:200]!r}",
-                              attempt + 1) from None
-        last_error = f"{target}{path}: HTTP {resp.status_code}: {resp.text[:500]}"
-        if resp.status_code < 500:
-          raise SGLangError(last_error, attempt + 1)
+        raise AttemptFailed(f"{target}{path}: {type(e).__name__}: {e}") from None
       finally:
         self._inflight[target] -= 1
-      if attempt < self.max_retries:
-        await asyncio.sleep(self._backoff(attempt))
-    raise SGLangError(f"gave up after {self.max_retries + 1} attempts: {last_error}",
-                      self.max_retries + 1)
+      if resp.status_code >= 400:
+        raise status_failure(resp, f"{target}{path}: HTTP {resp.status_code}: "
+                                   f"{resp.text[:500]}")
+      return resp, number
+
+    try:
+      return await with_retries(policy or self.policy, attempt)
+    except GaveUp as e:
+      if e.exhausted:
+        raise SGLangError(f"gave up after {e.attempts} attempts: {e.problem}",
+                          e.attempts) from None
+      raise SGLangError(e.problem, e.attempts) from None
+
+  async def _call(self, method: str, path: str, payload: dict | None = None,
+                  **kwargs: Any) -> tuple[Any, int]:
+    """`_send`, and the answer's JSON body (None if empty) with the attempts it took."""
+    resp, attempts = await self._send(method, path, payload, **kwargs)
+    try:
+      return (resp.json() if resp.content else None), attempts
+    except ValueError:
+      raise SGLangError(f"{resp.request.url}: answer is not JSON: {resp.text[:200]!r}",
+                        attempts) from None
 
   # ------------------------------------------------------------------ generation
 
@@ -186,7 +208,7 @@ class SGLangEngine(Engine):
                               weight_version="", prompt_tokens=len(prompt_ids), rid=rid,
                               error=error, attempts=attempts)
 
-    async with self._semaphore:
+    async with self._pool.get()[1]:
       try:
         body, attempts = await self._call("POST", "/generate", payload, rid=rid)
       except SGLangError as e:
@@ -213,10 +235,10 @@ class SGLangEngine(Engine):
 
   async def health(self, url: str) -> bool:
     try:
-      resp = await self._client.get(url + "/health", timeout=5.0)
-    except httpx.TransportError:
+      await self._send("GET", "/health", url=url, policy=self.once, timeout=5.0)
+    except SGLangError:
       return False
-    return resp.status_code == 200
+    return True
 
   async def wait_until_ready(self, timeout: float = 300.0, poll: float = 0.5) -> None:
     """Waits until every server's /health is OK, then reads the served weight_version."""
@@ -272,14 +294,17 @@ class SGLangEngine(Engine):
   async def flush_cache(self, url: str) -> None:
     """Drops the server's KV/prefix cache once it is idle (waits up to `idle_timeout` s)."""
     try:
-      resp = await self._client.post(f"{url}/flush_cache", params={"timeout": self.idle_timeout},
-                                     timeout=self.idle_timeout + 30.0)
-    except httpx.TransportError as e:
-      raise WeightUpdateError(f"{url}/flush_cache: {type(e).__name__}: {e}") from None
-    if resp.status_code != 200:
-      raise WeightUpdateError(
-          f"{url}: new weights loaded but the old KV cache was not flushed (server busy for "
-          f"{self.idle_timeout} s?): HTTP {resp.status_code}: {resp.text[:300]}")
+      await self._send("POST", "/flush_cache", url=url, policy=self.once,
+                       params={"timeout": self.idle_timeout}, timeout=self.idle_timeout + 30.0)
+    except SGLangError as e:
+      raise WeightUpdateError(f"{url}: new weights loaded but the old KV cache was not flushed "
+                              f"(server busy for {self.idle_timeout} s, or unreachable): "
+                              f"{e}") from None
 
   async def close(self) -> None:
-    await self._client.aclose()
+    """Closes the running event loop's HTTP client."""
+    await self._pool.aclose()
+
+
+async def _close_loop_state(state: tuple[httpx.AsyncClient, asyncio.Semaphore]) -> None:
+  await state[0].aclose()

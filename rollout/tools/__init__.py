@@ -4,8 +4,7 @@
 """
 from rollout.tools.backend import Backend, BackendError, Page, SearchHit
 from rollout.tools.corpus import CorpusBackend
-from rollout.tools.schemas import (FIND, OPEN, SEARCH, TOOL_NAMES, tool_schemas,
-                                   validate_call)
+from rollout.tools.schemas import tool_schemas, validate_call
 from rollout.tools.session import BrowserSession, ToolResult
 from rollout.tools.text import LeakFilter, find_matches
 from rollout.tools.web import WebBackend, WebConfig
@@ -13,7 +12,7 @@ from rollout.tools.web import WebBackend, WebConfig
 TOOL_SCHEMAS = tool_schemas()
 
 __all__ = [
-    "Backend", "BackendError", "BrowserSession", "CorpusBackend", "FIND", "LeakFilter",
-    "OPEN", "Page", "SEARCH", "SearchHit", "TOOL_NAMES", "TOOL_SCHEMAS", "ToolResult",
-    "WebBackend", "WebConfig", "find_matches", "tool_schemas", "validate_call",
+    "Backend", "BackendError", "BrowserSession", "CorpusBackend", "LeakFilter", "Page",
+    "SearchHit", "TOOL_SCHEMAS", "ToolResult", "WebBackend", "WebConfig", "find_matches",
+    "tool_schemas", "validate_call",
 ]

@@ -3,16 +3,15 @@
 Flat schemas (`{"name", "description", "parameters"}`, no `"type": "function"` wrapper), as the
 CaRR records and the Qwen3 system prompt list them. The world generator copies `TOOL_SCHEMAS`
 into every record; `BrowserSession` validates calls against the same objects, so the model is
-judged by exactly the contract it was shown. Importing this module pulls in no third-party code.
+judged by exactly the contract it was shown. The tool names are `carr_common.vocab`'s, which
+the judge and the trainer count by too. Importing this module pulls in no third-party code.
 """
 from __future__ import annotations
 
 import copy
 from typing import Any
 
-SEARCH = "browser.search"
-OPEN = "browser.open"
-FIND = "browser.find"
+from carr_common.vocab import FIND, OPEN, SEARCH, TOOL_NAMES
 
 MAX_SEARCH_RESULTS = 20  # `num` above this is clamped; search APIs rarely rank further usefully
 OPEN_CHAR_LIMIT = 10_000  # characters of a page an `open` call returns (find sees the whole page)
@@ -71,8 +70,7 @@ FIND_SCHEMA: dict[str, Any] = {
     },
 }
 
-_SCHEMAS = (SEARCH_SCHEMA, OPEN_SCHEMA, FIND_SCHEMA)
-TOOL_NAMES = tuple(s["name"] for s in _SCHEMAS)
+_SCHEMAS = (SEARCH_SCHEMA, OPEN_SCHEMA, FIND_SCHEMA)  # in the order of vocab.TOOL_NAMES
 SCHEMAS_BY_NAME = {s["name"]: s for s in _SCHEMAS}
 
 

@@ -18,14 +18,14 @@ import json
 import logging
 from typing import Any, Sequence
 
-from carr_jax.safe_text import clean_text
+from carr_common.safe_text import clean_text
+from carr_common.vocab import FIND, KIND_OF_TOOL, OPEN, SEARCH
 from rollout.tools import schemas
 from rollout.tools.backend import Backend, BackendError, Page, SearchHit
 from rollout.tools.text import LeakFilter, find_matches, format_matches
 
 log = logging.getLogger(__name__)
 
-_KINDS = {schemas.SEARCH: "search", schemas.OPEN: "open", schemas.FIND: "find"}
 DEFAULT_NUM_RESULTS = 10
 
 
@@ -67,7 +67,7 @@ class BrowserSession:
     return dataclasses.replace(result, text=clean_text(result.text))
 
   async def _call(self, name: str, arguments: Any) -> ToolResult:
-    kind = _KINDS.get(name)
+    kind = KIND_OF_TOOL.get(name)
     if isinstance(arguments, str):  # tolerate the raw JSON string of a tool call
       try:
         arguments = json.loads(arguments) if arguments.strip() else {}
@@ -78,7 +78,7 @@ class BrowserSession:
     if problem:
       return ToolResult(problem, False, "unknown_tool" if kind is None else "bad_arguments",
                         kind)
-    handler = {"search": self._search, "open": self._open, "find": self._find}[kind]
+    handler = {SEARCH: self._search, OPEN: self._open, FIND: self._find}[name]
     try:
       return await handler(**arguments)
     except BackendError as e:

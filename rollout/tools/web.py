@@ -7,13 +7,15 @@ and the text after `Markdown Content:`. Keys come only from environment variable
 `WebConfig`), are sent only as headers and never appear in reprs or error messages.
 
 One `WebBackend` serves every session of a run: an httpx.AsyncClient per event loop (clients
-are bound to the loop they were made in), a concurrency cap, retries with exponential backoff
-on timeouts, transport errors, 429 and 5xx, one in-flight fetch per URL, and an LRU page and
-search cache in memory (pages optionally also on disk). Target URLs pass `url_policy.check_url`
-first (http(s) only, no private or loopback addresses unless `allow_private`), and the reader
-is sent the URL that check parsed. Redirects are followed by hand, at most `max_redirects`:
-a hop to the search or reader origin is followed as is; any other hop is checked like a target
-URL, connected to at the address that check resolved (no second lookup) and sent no keys.
+are bound to the loop they were made in), a concurrency cap, retries under the project's one
+HTTP policy (carr_common.http_retry: timeouts, transport errors, 408, 425, 429, 500, 502, 503
+and 504, full-jitter exponential backoff or the server's Retry-After), one in-flight fetch per
+URL, and an LRU page and search cache in memory (pages optionally also on disk). Target URLs
+pass `url_policy.check_url` first (http(s) only, no private or loopback addresses unless
+`allow_private`), and the reader is sent the URL that check parsed. Redirects are followed by
+hand, at most `max_redirects`: a hop to the search or reader origin is followed as is; any
+other hop is checked like a target URL, connected to at the address that check resolved (no
+second lookup) and sent no keys.
 The reader itself resolves the target it is given; that lookup is outside this process.
 
   backend = WebBackend(WebConfig(cache_dir="page_cache"))   # needs SERPER_API_KEY
@@ -29,18 +31,18 @@ import os
 import re
 import tempfile
 import threading
-import weakref
 from pathlib import Path
 from typing import Any, Callable
 
 import httpx
 
+from carr_common.http_retry import (AttemptFailed, GaveUp, LoopPool, RetryPolicy, status_failure,
+                                    with_retries)
 from rollout.tools.backend import BackendError, Page, SearchHit
 from rollout.tools.url_policy import check_url, parse_target, pinned_request
 
 SERPER_SEARCH_URL = "https://google.serper.dev/search"
 JINA_READER_URL = "https://r.jina.ai"
-_RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 _MARKDOWN_LINE = re.compile(r"^Markdown Content:[ \t]*$", re.MULTILINE)
 _HEADER_FIELDS = ("Title", "URL Source", "Published Time")
 
@@ -53,7 +55,7 @@ class WebConfig:
   reader_key_env: str | None = "JINA_API_KEY"  # the reader also works keyless, rate-limited
   timeout_s: float = 30.0  # per HTTP attempt
   attempts: int = 3  # tries per request, including the first
-  backoff_s: float = 0.5  # wait before retry k is backoff_s * 2**(k-1)
+  backoff_s: float = 0.5  # retry k waits uniform(0, backoff_s * 2**(k-1)), at most 30 s
   max_concurrency: int = 32  # HTTP requests in flight per event loop
   allow_private: bool = False  # let the reader open private/loopback target URLs
   cache_dir: str | None = None  # also keep fetched pages on disk (JSON per URL)
@@ -134,6 +136,9 @@ class _LoopState:
     self.semaphore = asyncio.Semaphore(cfg.max_concurrency)
     self.inflight: dict[str, asyncio.Task] = {}
 
+  async def aclose(self) -> None:
+    await self.client.aclose()
+
 
 class WebBackend:
   """Search API + page reader; see the module docstring."""
@@ -145,8 +150,10 @@ class WebBackend:
     self._pages = _Lru(config.cache_pages)
     self._searches = _Lru(config.cache_searches)
     self._disk = _DiskPages(config.cache_dir) if config.cache_dir else None
-    self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-    self._states_lock = threading.Lock()
+    if config.attempts < 1:
+      raise ValueError(f"WebConfig.attempts: must be >= 1, got {config.attempts}")
+    self.policy = RetryPolicy(retries=config.attempts - 1, base_delay=config.backoff_s)
+    self._pool = LoopPool(lambda: _LoopState(config), _LoopState.aclose)
     self.http_requests = 0  # attempts sent, for tests and metrics
 
   def __repr__(self) -> str:  # never show keys
@@ -163,44 +170,33 @@ class WebBackend:
                        "set (set it, or use search_key_env=None for a keyless endpoint)")
     return value or None
 
-  def _state(self) -> _LoopState:
-    loop = asyncio.get_running_loop()
-    with self._states_lock:
-      state = self._states.get(loop)
-      if state is None:
-        state = self._states[loop] = _LoopState(self.config)
-      return state
-
   async def aclose(self) -> None:
     """Closes this event loop's HTTP client (a later call makes a new one)."""
-    with self._states_lock:
-      state = self._states.pop(asyncio.get_running_loop(), None)
-    if state is not None:
-      await state.client.aclose()
+    await self._pool.aclose()
 
   async def _request(self, what: str, method: str, url: str,
                      **kwargs: Any) -> httpx.Response:
-    cfg, state = self.config, self._state()
-    problem = "no attempt made"
-    for attempt in range(cfg.attempts):
-      if attempt:
-        await asyncio.sleep(cfg.backoff_s * 2 ** (attempt - 1))
+    """A response below 400, retried under `self.policy`; raises BackendError."""
+    state = self._pool.get()
+
+    async def attempt(_: int) -> httpx.Response:
       try:
         async with state.semaphore:
           response = await self._send(state.client, method, url, **kwargs)
       except httpx.TimeoutException:
-        problem = f"timed out after {cfg.timeout_s:g} s"
-        continue
+        raise AttemptFailed(f"timed out after {self.config.timeout_s:g} s") from None
       except httpx.HTTPError as e:
-        problem = f"{type(e).__name__}"
-        continue
-      if response.status_code in _RETRY_STATUS:
-        problem = f"HTTP {response.status_code}"
-        continue
+        raise AttemptFailed(type(e).__name__) from None
       if response.status_code >= 400:
-        raise BackendError(f"{what} failed: HTTP {response.status_code}.")
+        raise status_failure(response)
       return response
-    raise BackendError(f"{what} failed after {cfg.attempts} attempts: {problem}.")
+
+    try:
+      return await with_retries(self.policy, attempt)
+    except GaveUp as e:
+      if e.exhausted:
+        raise BackendError(f"{what} failed after {e.attempts} attempts: {e.problem}.") from None
+      raise BackendError(f"{what} failed: {e.problem}.") from None
 
   def _origin(self, url: str) -> tuple[str, str, int]:
     target = parse_target(url)
@@ -257,7 +253,7 @@ class WebBackend:
         self._pages.put(url, page)
     if page is not None:
       return page
-    state = self._state()
+    state = self._pool.get()
     task = state.inflight.get(url)
     if task is None:  # the first caller starts the fetch; concurrent callers share it
       task = asyncio.ensure_future(self._fetch_uncached(url, target.url))

@@ -1,7 +1,8 @@
 """The judge's HTTP client against a real scripted OpenAI-compatible server on 127.0.0.1.
 
-Covers retries with backoff on 429/5xx/timeouts/bad bodies, give-up with a recorded error,
-no retry on other 4xx, the concurrency bound, re-asking on unusable output, the cache (memory
+Covers retries under the one HTTP policy (carr_common.http_retry) on 429/5xx/timeouts/bad
+bodies, a Retry-After that replaces the backoff, give-up with a recorded error, no retry on
+other statuses, the concurrency bound, re-asking on unusable output, the cache (memory
 and sqlite), and the API key (sent as a header, never stored in config or metrics).
 Run: python -m pytest tests/judge/test_llm_client.py -q
 """
@@ -22,7 +23,7 @@ MESSAGES = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}
 
 def _client(server, cache=None, **kw):
   config = JudgeConfig(base_url=server.base_url, model="scripted", api_key_env="",
-                       backoff_base=0.001, backoff_max=0.01, **kw)
+                       **{"backoff_base": 0.001, "backoff_max": 0.01, **kw})
   return ChatClient(config, cache=cache)
 
 
@@ -42,6 +43,17 @@ def test_retries_on_429_and_5xx_then_succeeds():
   assert client.metrics.calls == 1 and usage.calls == 1 and usage.prompt_tokens == 100
 
 
+def test_retry_after_replaces_a_long_backoff():
+  busy = Reply(status=503, content=None, headers={"Retry-After": "0"})
+  with ScriptedServer([busy, busy, "ok"]) as server:
+    client = _client(server, retries=4, backoff_base=30.0, backoff_max=60.0)
+    start = time.monotonic()
+    assert _run(lambda: client.complete(MESSAGES)) == "ok"
+    assert time.monotonic() - start < 10.0  # the 30 s backoff was never slept
+    assert len(server.requests) == 3
+  assert (client.metrics.attempts, client.metrics.retries, client.metrics.calls) == (3, 2, 1)
+
+
 def test_gives_up_after_retries_with_reason():
   with ScriptedServer(lambda body: Reply(status=500, content=None)) as server:
     client = _client(server, retries=2)
@@ -51,13 +63,15 @@ def test_gives_up_after_retries_with_reason():
   assert client.metrics.call_errors == 1
 
 
-def test_other_4xx_fail_without_retry():
-  with ScriptedServer(lambda body: Reply(status=401, content=None,
+@pytest.mark.parametrize("status", [400, 401, 501])
+def test_other_statuses_fail_without_retry(status):
+  with ScriptedServer(lambda body: Reply(status=status, content=None, headers={"Retry-After": "0"},
                                          raw_body='{"error": "bad key"}')) as server:
     client = _client(server, retries=3)
-    with pytest.raises(JudgeCallError, match="HTTP 401"):
+    with pytest.raises(JudgeCallError, match=f"refused the request: HTTP {status} .*bad key"):
       _run(lambda: client.complete(MESSAGES))
     assert len(server.requests) == 1
+  assert client.metrics.call_errors == 1 and client.metrics.retries == 0
 
 
 def test_timeout_is_retried_and_bad_bodies_too():

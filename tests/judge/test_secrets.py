@@ -11,9 +11,9 @@ import logging
 import fastapi
 import httpx
 
+from carr_common.redaction import REDACTED, redact
 from judge import Judge, JudgeConfig, to_request
 from judge import example_world as ew
-from judge.redaction import REDACTED, redact
 from judge.server import create_app
 from judge.testing import ServedApp
 

@@ -1,8 +1,9 @@
 """WebBackend against real local HTTP servers mimicking Serper (search) and Jina (reader).
 
 Both servers run with uvicorn on 127.0.0.1 in a background thread; the backend talks to them
-over real sockets. Covers keys in headers, parsing, leak filtering, retries, timeouts, the page
-cache (memory, in-flight sharing, disk) and the URL policy.
+over real sockets. Covers keys in headers, parsing, leak filtering, retries (the one HTTP
+policy of carr_common.http_retry: Retry-After, no retry on a 400), timeouts, the page cache
+(memory, in-flight sharing, disk) and the URL policy.
 
   python -m pytest tests/tools/test_web.py -q
 """
@@ -18,8 +19,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from rollout.tools import BrowserSession, WebBackend, WebConfig
-from rollout.tools.url_policy import check_url
 from rollout.tools.backend import BackendError
+from rollout.tools.url_policy import check_url
 
 SEARCH_KEY, READER_KEY = "test-search-key-123", "test-reader-key-456"
 QUESTION = ("Which orchestra founded in the eighteen eighties by a retired ship captain "
@@ -47,7 +48,7 @@ class Fakes:
 
   def __init__(self):
     self.search_calls = 0
-    self.search_failures = 0  # answer this many upcoming searches with 503
+    self.search_errors = []  # (status, headers) answered to the next searches, in order
     self.reader_calls = collections.Counter()
 
   def app(self) -> FastAPI:
@@ -59,9 +60,9 @@ class Fakes:
         return JSONResponse({"message": "Unauthorized."}, status_code=403)
       body = await request.json()
       self.search_calls += 1
-      if self.search_failures > 0:
-        self.search_failures -= 1
-        return JSONResponse({"message": "busy"}, status_code=503)
+      if self.search_errors:
+        status, headers = self.search_errors.pop(0)
+        return JSONResponse({"message": "busy"}, status_code=status, headers=headers)
       return {"searchParameters": {"q": body["q"]}, "organic": RESULTS[:body.get("num", 10)]}
 
     @app.get("/reader/{target:path}")
@@ -164,17 +165,41 @@ def test_keys_only_from_env_and_never_shown(server, monkeypatch):
 def test_retries_then_gives_up_readably(server, keys):
   fakes, base = server
   backend = make_backend(base, attempts=3)
-  fakes.search_failures = 2
+  fakes.search_errors = [(503, {})] * 2
   s = BrowserSession(backend)
   r = run(_close_after(backend, s.call("browser.search", {"query": "retry me"})))
-  assert r.ok and backend.http_requests == 3 and fakes.search_failures == 0
-  fakes.search_failures = 5
+  assert r.ok and backend.http_requests == 3 and fakes.search_errors == []
+  fakes.search_errors = [(503, {})] * 5
   backend = make_backend(base, attempts=2)
   r = run(_close_after(backend, BrowserSession(backend).call("browser.search",
                                                              {"query": "give up"})))
   assert not r.ok and r.error == "backend_error"
   assert "after 2 attempts" in r.text and "HTTP 503" in r.text
-  fakes.search_failures = 0
+  assert backend.http_requests == 2
+  fakes.search_errors = []
+
+
+def test_retry_after_replaces_a_long_backoff(server, keys):
+  fakes, base = server
+  backend = make_backend(base, attempts=4, backoff_s=30.0)
+  fakes.search_errors = [(503, {"Retry-After": "0"})] * 2
+  start = time.time()
+  r = run(_close_after(backend, BrowserSession(backend).call("browser.search",
+                                                             {"query": "after zero"})))
+  assert r.ok and backend.http_requests == 3 and fakes.search_errors == []
+  assert time.time() - start < 10  # the 30 s backoff was never slept
+
+
+def test_a_400_is_not_retried(server, keys):
+  fakes, base = server
+  backend = make_backend(base, attempts=3)
+  calls = fakes.search_calls
+  fakes.search_errors = [(400, {"Retry-After": "0"})]
+  r = run(_close_after(backend, BrowserSession(backend).call("browser.search",
+                                                             {"query": "bad request"})))
+  assert not r.ok and "HTTP 400" in r.text and "attempts" not in r.text
+  assert backend.http_requests == 1 and fakes.search_calls == calls + 1
+  fakes.search_errors = []
 
 
 def test_timeout_and_404_are_observations(server, keys):

@@ -1,0 +1,1 @@
+"""Cold-start SFT: multi-turn trajectories as examples, and the SFT step."""

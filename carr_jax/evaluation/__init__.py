@@ -1,0 +1,2 @@
+"""Evaluation results: the resumable store, reports, held-out accuracy, evidence
+plots and the GRPO-vs-C-GRPO shortcut report."""

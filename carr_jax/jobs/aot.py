@@ -1,0 +1,192 @@
+"""TPU compile check on any machine: compile a config's real train step for a TPU topology.
+
+    .venv-tpu/bin/python -m carr_jax.aot --config configs/cgrpo_qwen3_4b.py:tpu \\
+        --topology v5p:4x4x4
+
+Needs libtpu, which only the separate TPU virtualenv has (`requirements-tpu.txt`;
+scripts/setup_tpu_venv.sh builds it); no TPU is needed. Topologies use libtpu's names:
+`<chip>:<chips per axis>`, e.g. v5p:4x4x4 (64 chips, a "v5p-128" slice) or v5p:2x2x1.
+
+What it compiles, deviceless (`jax.experimental.topologies`), on abstract inputs only
+(`jax.ShapeDtypeStruct` with shardings; no parameter is ever allocated):
+- the train step of the config (RL: `train_step.train_step_fn`; SFT: `sft_step.sft_step_fn`),
+  jitted as the trainers jit it (`train_step.jit_step`: shardings, donated state);
+- RL only: the old log-prob recomputation (`train_step.jit_logprob_fn`).
+The batch is the config's worst case: its longest row length, every trajectory of a step
+(prompts x group size, or the SFT batch) filling a row of its own, rounded as the packer
+rounds rows, and a loss at every slot. `model.attention=auto` resolves for the topology's
+platform (splash on TPU).
+
+Per chip it prints memory (arguments, temporaries, outputs, donated bytes aliased into the
+outputs, their total against the chip's HBM), compile time, the step's FLOPs from the
+model's arithmetic (`carr_jax.model.flops`) and the roofline time at the chip's peak bf16 rate.
+Exit status 1 when a function does not fit: its compile runs out of HBM, or its total
+exceeds (1 - --headroom) of the HBM. Flags: --help.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+
+
+GIB = 1024 ** 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+  hbm_bytes: float  # per chip
+  peak_flops: float  # dense bf16 FLOP/s per chip
+
+
+# v5p: the HBM XLA reports as available to a program ("exceeds available HBM (95.74G)").
+CHIPS = {"v5p": Chip(95.74 * GIB, 459e12), "v4": Chip(32 * GIB, 275e12),
+         "v5e": Chip(16 * GIB, 197e12), "v6e": Chip(32 * GIB, 918e12)}
+
+
+@dataclasses.dataclass
+class Report:
+  name: str
+  arguments: float = 0.0  # bytes per chip
+  temporaries: float = 0.0
+  outputs: float = 0.0
+  aliased: float = 0.0  # donated argument bytes reused for outputs
+  compile_s: float = 0.0
+  flops: float = 0.0  # executed FLOPs of the whole step (all chips)
+  error: str = ""  # the compiler's out-of-memory message, if any
+
+  @property
+  def total(self) -> float:
+    return self.arguments + self.temporaries + self.outputs - self.aliased
+
+
+def chip_of(topology: str) -> Chip:
+  name = topology.split(":")[0]
+  if name not in CHIPS:
+    raise ValueError(f"unknown TPU chip {name!r} in {topology!r}; known: {sorted(CHIPS)}")
+  return CHIPS[name]
+
+
+def topology_devices(topology: str) -> list:
+  from jax.experimental import topologies
+  return list(topologies.get_topology_desc(topology_name=topology, platform="tpu").devices)
+
+
+def abstract(tree, shardings):
+  """ShapeDtypeStructs of `tree` carrying `shardings` (same structure)."""
+  import jax
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                      tree, shardings)
+
+
+def abstract_batch(mesh, keys, rows: int, row_length: int, loss_positions: int) -> dict:
+  """[rows, row_length] arrays ([rows, loss_positions] for the loss index), split by rows."""
+  import jax
+  import jax.numpy as jnp
+  from carr_jax.model import sharding
+  ints = {"tokens", "positions", "segment_ids", "targets", "loss_index"}
+  width = {"loss_index": loss_positions, "loss_valid": loss_positions}
+  return {k: jax.ShapeDtypeStruct((rows, width.get(k, row_length)),
+                                  jnp.int32 if k in ints else jnp.float32,
+                                  sharding=sharding.batch_sharding(mesh)) for k in keys}
+
+
+def worst_case_rows(config, mesh, vocab_size: int, row_length: int) -> int:
+  """Rows when every trajectory of a step fills a row of its own, rounded as the packer does."""
+  from carr_jax.jobs import components
+  from carr_jax.rl import packing
+  trajectories = (config.sft.batch_size if "sft" in config
+                  else config.data.prompts_per_step * config.data.group_size)
+  pack_cfg = components.packing_config(config, mesh, vocab_size)
+  return packing.choose_shape([row_length] * trajectories, pack_cfg)[2]
+
+
+def compile_report(name: str, jitted, args, mesh, flops: float) -> Report:
+  """Lowers and compiles `jitted(*args)` under `mesh`; memory per chip from XLA."""
+  import jax
+  report = Report(name, flops=flops)
+  start = time.perf_counter()
+  try:
+    with jax.set_mesh(mesh):
+      compiled = jitted.lower(*args).compile()
+  except Exception as e:  # noqa: BLE001  the compiler's out-of-memory error is a result
+    if "RESOURCE_EXHAUSTED" not in str(e):
+      raise
+    report.error = str(e).splitlines()[0][:300]
+    found = re.search(r"temporaries \(([\d.]+)([GT])\)", str(e))  # XLA's GiB / TiB
+    scale = {"G": GIB, "T": 1024 * GIB}
+    report.temporaries = float(found.group(1)) * scale[found.group(2)] if found else float("nan")
+    report.compile_s = time.perf_counter() - start
+    return report
+  report.compile_s = time.perf_counter() - start
+  memory = compiled.memory_analysis()
+  report.arguments = memory.argument_size_in_bytes
+  report.temporaries = memory.temp_size_in_bytes
+  report.outputs = memory.output_size_in_bytes
+  report.aliased = memory.alias_size_in_bytes
+  return report
+
+
+def compile_config(config, devices, rows: int = 0, row_length: int = 0) -> tuple[list, dict]:
+  """Compiles the config's step (and RL's log-prob function) for `devices`.
+
+  Returns (reports, facts about the compiled shapes).
+  """
+  from carr_jax.model import attention
+  from carr_jax.jobs import components
+  from carr_jax.model import flops as flops_lib
+  from carr_jax.model import sharding
+  from carr_jax.rl import train_step as ts
+  mesh = sharding.make_mesh({a: config.mesh[a] for a in sharding.AXES}, devices)
+  target = int(config.mesh.get("target_devices", 0))
+  if target and target != len(devices):
+    raise ValueError(f"the config is written for {target} chips, the topology has "
+                     f"{len(devices)}")
+  cfg = components.model_config(config)
+  tx = ts.make_optimizer(components.optim_config(config))
+  row_length = row_length or max(config.batch.row_lengths)
+  rows = rows or worst_case_rows(config, mesh, cfg.vocab_size, row_length)
+  state, shardings = ts.abstract_train_state(cfg, tx, mesh)
+  state = abstract(state, shardings)
+  model_flops, executed = flops_lib.train_step_flops(cfg, rows, row_length, row_length)
+  facts = {"mesh": dict(mesh.shape), "rows": rows, "row_length": row_length,
+           "micro_batches": config.batch.micro_batches, "model_flops": model_flops,
+           "attention": attention.resolve(cfg.attention, devices[0].platform)}
+  if "sft" in config:
+    from carr_jax.coldstart import step as sft_step
+    step = sft_step.sft_step_fn(cfg, components.sft_step_config(config), tx)
+    keys = sft_step.SFT_BATCH_KEYS
+  else:
+    loss_cfg, step_cfg = components.loss_config(config), components.step_config(config)
+    step = ts.train_step_fn(cfg, loss_cfg, step_cfg, tx)
+    keys = ts.step_batch_keys(loss_cfg, step_cfg)
+  batch = abstract_batch(mesh, keys, rows, row_length, row_length)
+  reports = [compile_report("train step", ts.jit_step(step, mesh, shardings, keys),
+                            (state, batch), mesh, executed)]
+  if "sft" not in config:
+    logprob_keys = ts.logprob_batch_keys(step_cfg)
+    logprobs = ts.jit_logprob_fn(cfg, step_cfg, mesh, shardings.params)
+    reports.append(compile_report(
+        "old log-probs", logprobs, (state.params, {k: batch[k] for k in logprob_keys}), mesh,
+        flops_lib.forward_flops(cfg, rows, row_length, row_length)))
+  return reports, facts
+
+
+def fits(report: Report, chip: Chip, headroom: float) -> bool:
+  return not report.error and report.total <= (1.0 - headroom) * chip.hbm_bytes
+
+
+def format_table(reports: list, chip: Chip, chips: int) -> str:
+  """One line per compiled function; memory in GiB per chip."""
+  head = (f"{'function':<14} {'args':>7} {'temp':>7} {'out':>7} {'alias':>7} {'total':>7} "
+          f"{'of HBM':>7} {'compile s':>9} {'FLOPs':>9} {'roofline s':>10}")
+  lines = [head]
+  for r in reports:
+    gib = lambda x: f"{x / GIB:7.2f}"  # noqa: E731
+    roofline = r.flops / (chips * chip.peak_flops)
+    lines.append(f"{r.name:<14} {gib(r.arguments)} {gib(r.temporaries)} {gib(r.outputs)} "
+                 f"{gib(r.aliased)} {gib(r.total)} {r.total / chip.hbm_bytes:7.0%} "
+                 f"{r.compile_s:9.0f} {r.flops:9.3g} {roofline:10.3g}")
+    if r.error:
+      lines.append(f"  does not fit: {r.error}")
+  return "\n".join(lines)

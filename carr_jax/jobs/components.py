@@ -1,0 +1,230 @@
+"""Builds the trainer's parts from an ml_collections config: one function per part.
+
+Every dataclass config is built by `build`: field `f` of a dataclass takes the key
+`<section>.<f>` of its `SOURCES` entry, or the dotted key its `keys` names; the fields in
+`derived` are computed by the builder instead (each with its reason). configs/base.py holds
+the one default of every key; a dataclass default equals it (tests/test_config_single_source.py).
+
+A builder reads its own section (the `SOURCES` section; engine and tokenizer: rollout,
+tool_backend: tools) and, where named here, other keys for a stated reason:
+  model_config   rollout.engine, rollout.tokenizer_dir, data.*: model.output_vocab="world"
+                 needs the in-process engine and the synthetic world, whose token ids it collects
+  step_config    rollout.temperature: the loss divides logits by the sampling temperature
+  engine         seed: the in-process sampler's PRNG seed
+Arguments, not keys, give the rest: the mesh and vocabulary (packing_config), the model
+(engine) and the run directory (judge_config).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from typing import Any, Mapping
+
+from carr_jax.model.config import Qwen3Config, get_preset
+from carr_jax.rl import loss as loss_lib
+from carr_jax.rl import packing
+from carr_jax.rl import rewards
+from carr_jax.rl import train_step as ts
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """Where the fields of one dataclass config come from."""
+  section: str  # field f takes the key <section>.<f> ...
+  keys: Mapping[str, str] = dataclasses.field(default_factory=dict)  # ... or this dotted key
+  derived: Mapping[str, str] = dataclasses.field(default_factory=dict)  # field -> why computed
+
+
+_ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                 "head_dim", "intermediate_size", "rope_theta", "rms_norm_eps",
+                 "tie_word_embeddings", "max_position_embeddings", "num_experts",
+                 "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+                 "router_aux_loss_coef")
+
+# "module.Class" -> Source; the classes are imported only when built (judge, rollout: lazily).
+SOURCES = {
+    "carr_jax.model.config.Qwen3Config": Source("model", derived={
+        **{name: "architecture: model.preset, or config.json of model.hf_path"
+           for name in _ARCHITECTURE},
+        "output_ids": "the token ids of model.output_vocab (output_ids below)"}),
+    "carr_jax.rl.train_step.OptimConfig": Source("optim"),
+    "carr_jax.rl.loss.LossConfig": Source("loss"),
+    "carr_jax.rl.train_step.StepConfig": Source("batch", derived={
+        "temperature": "rollout.temperature, 0 (greedy sampling) read as 1",
+        "loss_positions": "batch.loss_positions_multiple > 0"}),
+    "carr_jax.coldstart.step.SFTStepConfig": Source("batch"),
+    "carr_jax.rl.rewards.RewardConfig": Source("reward"),
+    "carr_jax.rl.packing.PackingConfig": Source("batch", derived={
+        "row_multiple": "the mesh's data-parallel shards x batch.micro_batches",
+        "vocab_size": "the model's vocabulary"}),
+    "carr_jax.world.expert.ExpertConfig": Source("sft", keys={
+        "search_results": "sft.expert_search_results", "use_find": "sft.expert_find",
+        "answer": "sft.expert_answer", "known_fraction": "sft.expert_known_fraction"}),
+    "rollout.agent.RolloutConfig": Source("rollout"),
+    "rollout.tools.web.WebConfig": Source("tools"),
+    "judge.config.JudgeConfig": Source("judge", derived={
+        "cache_path": "judge.cache_path, '' = judge_cache.sqlite in the run's directory"}),
+}
+
+
+def dataclass_of(name: str) -> type:
+  """The class of a `SOURCES` name."""
+  module, _, cls = name.rpartition(".")
+  return getattr(importlib.import_module(module), cls)
+
+
+def key_of(source: Source, field: str) -> str:
+  return source.keys.get(field, f"{source.section}.{field}")
+
+
+def lookup(config: Any, key: str) -> Any:
+  """The value of a dotted key."""
+  for part in key.split("."):
+    config = config[part]
+  return config
+
+
+def build(cls: type, config: Any, **derived: Any) -> Any:
+  """`cls` from its config keys (`SOURCES`); `derived` are exactly its derived fields."""
+  source = SOURCES[f"{cls.__module__}.{cls.__qualname__}"]
+  if set(derived) != set(source.derived):
+    raise TypeError(f"{cls.__qualname__}: the builder must pass exactly {sorted(source.derived)}"
+                    f", got {sorted(derived)}")
+  given = {f.name: lookup(config, key_of(source, f.name)) for f in dataclasses.fields(cls)
+           if f.name not in source.derived}
+  return cls(**given, **derived)
+
+
+def model_config(config: Any) -> Qwen3Config:
+  """The architecture of `model.preset`, or of the HF directory `model.hf_path` when set."""
+  m = config.model
+  if m.hf_path:
+    from carr_jax.model.hf_config import read_hf_config
+    arch = read_hf_config(m.hf_path)
+  else:
+    arch = get_preset(m.preset)
+  return build(Qwen3Config, config, output_ids=output_ids(config),
+               **{name: getattr(arch, name) for name in _ARCHITECTURE})
+
+
+def output_ids(config: Any) -> tuple[int, ...]:
+  """`model.output_vocab` -> `Qwen3Config.output_ids` (carr_jax.world.output_vocab); () = full."""
+  vocab = config.model.output_vocab
+  if vocab == "full":
+    return ()
+  if vocab != "world":
+    raise ValueError(f"model.output_vocab must be 'full' or 'world', got {vocab!r}")
+  if config.rollout.engine != "jax":
+    raise ValueError(f"model.output_vocab={vocab!r} needs rollout.engine='jax' (SGLang samples "
+                     "from the full vocabulary)")
+  if config.data.source != "world":
+    raise ValueError(f"model.output_vocab={vocab!r} needs data.source='world'")
+  from carr_jax.jobs import tasks as data_lib
+  from carr_jax.world.output_vocab import world_output_ids
+  from rollout.chat import ChatFormat
+  fmt, ids = ChatFormat(tokenizer(config)), set()
+  data_cfg = config.data.copy_and_resolve_references()
+  for k in range(1 + config.model.output_vocab_worlds):  # the same ids for SFT and RL
+    data_cfg.world_seed = config.data.world_seed + k
+    ids.update(world_output_ids(*data_lib.load_tasks(data_cfg), fmt))
+  return tuple(sorted(ids))
+
+
+def optim_config(config: Any) -> ts.OptimConfig:
+  return build(ts.OptimConfig, config)
+
+
+def loss_config(config: Any) -> loss_lib.LossConfig:
+  lc = config.loss
+  if lc.old_logprobs not in ("trainer", "rollout"):
+    raise ValueError(f"loss.old_logprobs must be 'trainer' or 'rollout', got {lc.old_logprobs!r}")
+  if lc.old_logprobs == "rollout" and lc.importance_sampling != "none":
+    raise ValueError("loss.importance_sampling compares trainer and rollout log-probs; it "
+                     "needs loss.old_logprobs='trainer'")
+  return build(loss_lib.LossConfig, config)
+
+
+def step_config(config: Any) -> ts.StepConfig:
+  return build(ts.StepConfig, config, temperature=config.rollout.temperature or 1.0,
+               loss_positions=config.batch.loss_positions_multiple > 0)
+
+
+def sft_step_config(config: Any):
+  from carr_jax.coldstart.step import SFTStepConfig
+  return build(SFTStepConfig, config)
+
+
+def reward_config(config: Any) -> rewards.RewardConfig:
+  return build(rewards.RewardConfig, config)
+
+
+def packing_config(config: Any, mesh: Any, vocab_size: int) -> packing.PackingConfig:
+  shards = mesh.shape["data"] * mesh.shape["fsdp"] * mesh.shape["expert"]
+  return build(packing.PackingConfig, config, vocab_size=vocab_size,
+               row_multiple=shards * config.batch.micro_batches)
+
+
+def expert_config(config: Any):
+  from carr_jax.world.expert import ExpertConfig
+  return build(ExpertConfig, config)
+
+
+def tokenizer(config: Any):
+  """The Qwen3 tokenizer: `rollout.tokenizer_dir`, else fetched by carr_jax.model.tokenizer."""
+  from transformers import AutoTokenizer
+
+  from carr_jax.model.tokenizer import ensure_tokenizer
+  directory = config.rollout.tokenizer_dir or str(ensure_tokenizer())
+  return AutoTokenizer.from_pretrained(directory)
+
+
+def rollout_config(config: Any):
+  from rollout.agent import RolloutConfig
+  return build(RolloutConfig, config)
+
+
+def engine(config: Any, params: Any, cfg: Qwen3Config, weight_version: str):
+  """The rollout engine: in-process JAX sampler, or SGLang server(s) over HTTP."""
+  r = config.rollout
+  if r.engine == "jax":
+    from carr_jax.model.engine import JaxEngine
+    return JaxEngine(params, cfg, weight_version=weight_version, max_batch=r.max_batch,
+                     seed=config.seed, max_total_len=r.max_context_tokens)
+  if r.engine == "sglang":
+    if cfg.output_ids:
+      raise ValueError("model.output_vocab must be 'full' with rollout.engine='sglang'")
+    if not r.sglang_urls:
+      raise ValueError("rollout.sglang_urls is required with rollout.engine='sglang'")
+    from rollout.engines.sglang import SGLangEngine
+    # An episode has at most one request in flight: the engine must not cap episodes below
+    # rollout.concurrency.
+    return SGLangEngine([u.strip() for u in r.sglang_urls.split(",") if u.strip()],
+                        vocab_size=cfg.vocab_size, max_concurrency=r.concurrency,
+                        idle_timeout=r.sglang_idle_timeout)
+  raise ValueError(f"rollout.engine must be 'jax' or 'sglang', got {r.engine!r}")
+
+
+def tool_backend(config: Any, corpus: list[dict]):
+  t = config.tools
+  if t.backend == "corpus":
+    from rollout.tools.corpus import CorpusBackend
+    if not corpus:
+      raise ValueError("tools.backend='corpus' needs pages: set data.corpus_path (or use the "
+                       "synthetic world)")
+    return CorpusBackend.from_records(corpus)
+  if t.backend == "web":
+    from rollout.tools.web import WebBackend, WebConfig
+    return WebBackend(build(WebConfig, config))
+  raise ValueError(f"tools.backend must be 'corpus' or 'web', got {t.backend!r}")
+
+
+def judge_config(config: Any, workdir: str):
+  from judge import JudgeConfig
+  cache = config.judge.cache_path or os.path.join(workdir, "judge_cache.sqlite")
+  return build(JudgeConfig, config, cache_path=cache)
+
+
+def judge(config: Any, workdir: str):
+  from judge import Judge
+  return Judge(judge_config(config, workdir))

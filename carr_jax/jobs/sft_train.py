@@ -1,0 +1,116 @@
+"""Cold-start SFT on multi-turn trajectories: the job behind `python -m carr_jax.sft`.
+
+    history = train_sft(config, workdir)   # runs (or resumes) SFT; metrics of each step run
+
+Data (`sft.data`): comma-separated JSONL files of trajectories in any shape
+`carr_jax.coldstart.examples` accepts (our rollouts or expert episodes, judge-format
+histories, HF chat messages, DeepDive `conversations`), or "expert": the scripted expert
+(`carr_jax.world.expert`) solves the training questions of `config.data` (the synthetic world)
+in-process.
+
+The step and its objective are `carr_jax.coldstart.step`. The rest is shared with the RL job:
+the epoch-shuffled resumable loader (`carr_jax.jobs.tasks.TaskLoader`, `sft.batch_size`
+trajectories per step), and the run set-up and bookkeeping of `carr_jax.jobs.run_setup`: the
+resume order of `carr_jax.runs.checkpointing`, TensorBoard metrics (`train/`, `perf/`, named as
+in RL), the progress line, checkpoints with the redacted config.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+import jax
+
+from carr_jax.coldstart import examples as sft_data
+from carr_jax.coldstart.step import make_batch, make_sft_step
+from carr_jax.jobs import components
+from carr_jax.jobs import run_setup
+from carr_jax.jobs import tasks as data_lib
+
+logger = logging.getLogger(__name__)
+
+
+def sft_examples(config, fmt, workdir: str) -> list[dict]:
+  """SFT examples from `sft.data` (files, or "expert" on the configured synthetic world)."""
+  s = config.sft
+  if s.data == "expert":
+    from carr_jax.world.expert import expert_trajectories
+    from rollout.tools.corpus import CorpusBackend
+    from rollout.trajectory import write_jsonl
+    train, _, corpus = data_lib.load_tasks(config.data)
+    train = [r for r in train if r["metadata"]["gold"]["hops"] <= s.expert_max_hops]
+    trajs = asyncio.run(expert_trajectories(
+        train, CorpusBackend.from_records(corpus), fmt,
+        components.expert_config(config), s.expert_samples))
+    if jax.process_index() == 0:
+      write_jsonl(os.path.join(workdir, "expert_trajectories.jsonl"), trajs)
+    return [{"id": t["prompt_id"], "token_ids": t["token_ids"], "loss_mask": t["loss_mask"]}
+            for t in trajs]
+  examples = []
+  for path in (p.strip() for p in s.data.split(",") if p.strip()):
+    found, skipped = sft_data.load_examples(path, fmt, min_outcome=s.min_outcome,
+                                            default_tools=s.default_tools)
+    logger.info("%s: %d examples, %d filtered out", path, len(found), skipped)
+    examples += found
+  if not examples:
+    raise sft_data.SFTDataError(f"sft.data={s.data!r} gave no example with a loss token")
+  return examples
+
+
+class SFTTrainer:
+  """The parts of an SFT run; `run()` is the loop. Built by `train_sft`."""
+
+  def __init__(self, config, workdir: str):
+    from rollout.chat import ChatFormat
+    self.config, self.workdir = config, os.path.abspath(workdir)
+    os.makedirs(self.workdir, exist_ok=True)
+    fmt = ChatFormat(components.tokenizer(config))
+    examples = sft_examples(config, fmt, self.workdir)
+    s = config.sft
+    if not 1 <= s.batch_size <= len(examples):
+      raise sft_data.SFTDataError(f"sft.batch_size={s.batch_size} must be in [1, "
+                                  f"{len(examples)}] (the number of examples)")
+    self.loader = data_lib.TaskLoader(examples, s.batch_size, config.seed, s.epochs)
+    self.num_steps = (self.loader.total_steps if s.num_steps <= 0
+                      else min(s.num_steps, self.loader.total_steps))
+    run = run_setup.setup_run(config, self.workdir)
+    self.cfg, self.pack_cfg = run.cfg, run.pack_cfg
+    self.state, self.start_step = run.state, run.start_step
+    if run.data is not None:
+      self.loader.position = run.data["loader"]
+    self.step = make_sft_step(self.cfg, components.sft_step_config(config), run.tx, run.mesh,
+                              run.shardings)
+    self.log = run_setup.RunLog(config, self.workdir, run.checkpointer, self.start_step,
+                                self.num_steps)
+    logger.info("SFT: %d examples, %d steps of %d (from step %d)", len(examples),
+                self.num_steps, s.batch_size, self.start_step)
+
+  def run(self) -> list[dict]:
+    history = []
+    for step in range(self.start_step, self.num_steps):
+      t0 = time.perf_counter()
+      batch, stats = make_batch(self.loader.next(), self.pack_cfg,
+                                self.config.batch.loss_positions_multiple, self.cfg)
+      t1 = time.perf_counter()
+      self.state, out = self.step(self.state, batch)
+      metrics = run_setup.train_metrics(out, step + 1)
+      t2 = time.perf_counter()
+      metrics.update({f"train/packing_{k}": float(v) for k, v in stats.items()})
+      metrics.update(run_setup.perf_metrics(metrics, t2 - t1, t2 - t0))
+      self.log.end_step(step + 1, metrics, self.state, self.loader.position)
+      history.append(metrics)
+    return history
+
+  def close(self) -> None:
+    self.log.close()
+
+
+def train_sft(config, workdir: str) -> list[dict]:
+  """Runs (or resumes) SFT in `workdir`; returns the metrics of the steps run."""
+  trainer = SFTTrainer(config, workdir)
+  try:
+    return trainer.run()
+  finally:
+    trainer.close()

@@ -1,0 +1,192 @@
+"""KV-cache generation over our Qwen3 params: prefill, one-token decode, sampling, the loop.
+
+Pure, jit-able functions with static shapes; the in-process rollout engine
+(carr_jax/model/engine.py) pads requests to bucketed shapes and calls `generate`.
+
+Layout: prompts are RIGHT-padded. Row b holds its prompt in columns [0, lengths[b]) and every
+token's RoPE position is its column, exactly the numbering of `model.forward_logits` with
+positions = arange(T) and segment id 1, so no per-row offsets exist anywhere. Decoding writes
+row b's next key/value at column `cache["lengths"][b]`, so rows of different prompt lengths
+advance in lock-step while each keeps its own positions.
+
+One forward pass: prefill and decode run the model's own layers (`carr_jax.model.qwen3.Qwen3`,
+method `with_cache`), whose attention takes the cache as gemma's does: it writes the new
+keys/values at their positions and returns the updated cache. Prefill is self-attention over
+the prompt, so it uses the training attention (`cfg.attention`: blockwise on CPU by default,
+with the padding as segment 0); one-token decode attends over the cache
+(`carr_jax.model.attention.attend_cache`).
+
+Cache: {"k", "v": [L, B, K, S, H] (compute dtype), "lengths": [B] int32 filled columns}, the
+kv-head axis before time (`carr_jax.model.attention.write_cache`). Columns at or beyond a row's
+length hold garbage (prompt padding) and are masked out; decode overwrites them in order.
+
+Restricted output vocabulary (`cfg.output_ids`, V' ids): `prefill` / `decode_step` return
+logits over those V' columns only, `sample_tokens` draws a column, and `generate` maps it back
+to its token id (`model.output_token_ids`) before storing it, matching stop ids and feeding it
+back; its log-probs are over the subset, the distribution the train step scores
+(`train_step.target_logprobs`). Without `output_ids`, V' = V and columns are token ids.
+
+Sampling (`sample_tokens`) follows SGLang 0.5.23 (see rollout/engines/sglang.py): the
+returned log-prob of a sampled token is log softmax(logits / temperature) over the full vocab
+(the V' ids with `cfg.output_ids`),
+i.e. after temperature scaling and before top-k/top-p truncation; greedy rows (temperature 0)
+take the argmax and report log_softmax(logits). Top-k keeps ranks < k (k <= 0: all); top-p
+keeps a token when the probability mass strictly above it is <= top_p (the top token always).
+
+The decode loop is one `lax.while_loop` inside the jitted `generate` (prefill included), not
+a Python loop over a jitted step: a Python loop must read the sampled tokens back to the host
+every step to stop finished rows, and on CPU that dispatch + read costs about as much as a
+tiny model's whole step (measured: the on-device loop is 1.35x faster at the tiny size and
+1.07-1.19x at ~50M parameters; benchmarks/README.md, `## engine`). The loop exits as soon as
+every row has finished. Its cost: a running batch cannot be interrupted.
+
+  cache = init_cache(cfg, batch=2, max_len=64)
+  logits, cache = prefill(params, cfg, tokens, lengths, cache)      # tokens [B, T]
+  logits, cache = decode_step(params, cfg, next_tokens, cache)      # next_tokens [B]
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from carr_jax.model.config import Qwen3Config
+from carr_jax.model.qwen3 import Qwen3, output_token_ids, project, unembed_matrix
+
+
+def init_cache(cfg: Qwen3Config, batch: int, max_len: int, dtype: Any = None) -> dict:
+  """Empty cache for `batch` rows of up to `max_len` tokens (prompt + generated)."""
+  dtype = jnp.dtype(dtype or cfg.compute_dtype)
+  shape = (cfg.num_layers, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
+  return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype),
+          "lengths": jnp.zeros((batch,), jnp.int32)}
+
+
+def _forward(params: dict, cfg: Qwen3Config, tokens: jax.Array, positions: jax.Array,
+             segments: jax.Array, cache: dict) -> tuple[jax.Array, dict]:
+  """The model's own forward pass with the cache (`model.Qwen3.with_cache`): [B, T] inputs
+  -> (final-normed hidden [B, T, D], the updated {"k", "v"})."""
+  kv = {"k": cache["k"], "v": cache["v"]}
+  return Qwen3(cfg).apply({"params": params}, tokens, positions, segments, kv,
+                          method=Qwen3.with_cache)
+
+
+def _logits(params: dict, cfg: Qwen3Config, hidden: jax.Array) -> jax.Array:
+  """Final-normed hidden [B, D] -> fp32 logits [B, V'] (`cfg.output_ids`, or all V ids)."""
+  return project(hidden.astype(jnp.float32), unembed_matrix(params, cfg).astype(jnp.float32))
+
+
+# ------------------------------------------------------------------ prefill and decode
+
+def prefill(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Array,
+            cache: dict) -> tuple[jax.Array, dict]:
+  """Runs right-padded prompts tokens [B, T] (lengths [B] >= 1) into an EMPTY cache.
+
+  Returns (fp32 logits [B, V'] of each row's last prompt token, cache with lengths set).
+  """
+  b, t = tokens.shape
+  cols = jnp.arange(t)
+  positions = jnp.broadcast_to(cols, (b, t))
+  segments = (cols[None, :] < lengths[:, None]).astype(jnp.int32)  # [B, T]: 1 prompt, 0 padding
+  hidden, kv = _forward(params, cfg, tokens, positions, segments, cache)
+  last = hidden[jnp.arange(b), lengths - 1]  # [B, D]
+  return _logits(params, cfg, last), {**kv, "lengths": lengths.astype(jnp.int32)}
+
+
+def decode_step(params: dict, cfg: Qwen3Config, token: jax.Array,
+                cache: dict) -> tuple[jax.Array, dict]:
+  """Appends token [B] at column cache["lengths"] of each row -> (fp32 logits [B, V'], cache)."""
+  pos = cache["lengths"][:, None]  # [B, 1] position (= column) of the new token
+  hidden, kv = _forward(params, cfg, token[:, None], pos, jnp.ones_like(pos), cache)
+  return _logits(params, cfg, hidden[:, 0]), {**kv, "lengths": cache["lengths"] + 1}
+
+
+# ------------------------------------------------------------------ sampling
+
+def _filtered_choice(keys, logprobs, top_p, top_k):
+  """Categorical draw restricted to each row's top-k / top-p set. logprobs [B, V] -> [B]."""
+  vocab = logprobs.shape[-1]
+  order = jnp.argsort(-logprobs, axis=-1, stable=True)  # [B, V] descending
+  sorted_lp = jnp.take_along_axis(logprobs, order, axis=-1)
+  probs = jnp.exp(sorted_lp)
+  mass_above = jnp.cumsum(probs, axis=-1) - probs
+  rank = jnp.arange(vocab)[None, :]
+  keep = (rank < jnp.where(top_k > 0, top_k, vocab)[:, None]) & (
+      (mass_above <= top_p[:, None]) | (top_p[:, None] >= 1.0))
+  keep = keep | (rank == 0)
+  choice = jax.vmap(jax.random.categorical)(keys, jnp.where(keep, sorted_lp, -jnp.inf))
+  return jnp.take_along_axis(order, choice[:, None], axis=-1)[:, 0]
+
+
+def sample_tokens(logits: jax.Array, keys: jax.Array, temperature: jax.Array,
+                  top_p: jax.Array, top_k: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """One token per row. logits [B, V] fp32; keys [B] PRNG keys; temperature/top_p [B] f32;
+  top_k [B] int32 -> (tokens [B] int32, log-probs [B] fp32 as in the module docstring).
+
+  Tokens are indices into the logits' last axis: columns of V' under `cfg.output_ids`.
+  """
+  greedy = temperature <= 0.0
+  scale = jnp.where(greedy, 1.0, temperature)
+  logprobs = jax.nn.log_softmax(logits / scale[:, None], axis=-1)  # [B, V]
+  # Cheapest path the batch allows: no draw at all, a plain draw, or a sort for top-k/top-p.
+  filtered = jnp.any(~greedy & ((top_k > 0) | (top_p < 1.0)))
+  branch = jnp.where(jnp.all(greedy), 0, jnp.where(filtered, 2, 1))
+  drawn = jax.lax.switch(branch, [
+      lambda k, lp, _p, _k: jnp.zeros(lp.shape[:1], jnp.int32),
+      lambda k, lp, _p, _k: jax.vmap(jax.random.categorical)(k, lp).astype(jnp.int32),
+      lambda k, lp, p, top: _filtered_choice(k, lp, p, top).astype(jnp.int32),
+  ], keys, logprobs, top_p, top_k)
+  tokens = jnp.where(greedy, jnp.argmax(logits, axis=-1), drawn).astype(jnp.int32)
+  return tokens, jnp.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]
+
+
+# ------------------------------------------------------------------ the generation loop
+
+def generate(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Array,
+             seeds: jax.Array, temperature: jax.Array, top_p: jax.Array, top_k: jax.Array,
+             max_new_tokens: jax.Array, stop_ids: jax.Array, *, max_steps: int) -> dict:
+  """Prefill + up to `max_steps` sampled tokens per row, stopping rows independently.
+
+  tokens [B, T] right-padded, lengths [B] >= 1, seeds [B] uint32 (row b's step-i key is
+  fold_in(key(seeds[b]), i), so a row's draws do not depend on its batch mates),
+  temperature/top_p [B] f32, top_k [B] int32, max_new_tokens [B] int32 (<= max_steps; 0 =
+  an idle padding row), stop_ids [B, M] int32 (-1 = unused slot).
+  Returns {"tokens": [B, max_steps] (valid up to num_tokens), "logprobs": [B, max_steps],
+  "num_tokens": [B], "stop_token": [B] (the matched stop id, -1 if the row hit the length)}.
+  """
+  b, t = tokens.shape
+  cache = init_cache(cfg, b, t + max_steps)
+  logits, cache = prefill(params, cfg, tokens, lengths, cache)
+  row_keys = jax.vmap(jax.random.key)(seeds)
+
+  def cond(state):
+    return (state["step"] < max_steps) & ~jnp.all(state["done"])
+
+  def body(state):
+    step = state["step"]
+    keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, step)
+    column, logp = sample_tokens(state["logits"], keys, temperature, top_p, top_k)
+    tok = output_token_ids(cfg, column)  # [B] token ids (columns of V' -> ids)
+    active = ~state["done"]
+    out_tokens = state["tokens"].at[:, step].set(jnp.where(active, tok, 0))
+    out_logp = state["logprobs"].at[:, step].set(jnp.where(active, logp, 0.0))
+    num = state["num_tokens"] + active.astype(jnp.int32)
+    hit_stop = active & jnp.any(tok[:, None] == stop_ids, axis=-1)
+    done = state["done"] | hit_stop | (num >= max_new_tokens)
+    # Runs once more after the last row finishes: a lax.cond around it would copy the cache.
+    logits, cache = decode_step(params, cfg, tok, state["cache"])
+    return {"step": step + 1, "logits": logits, "cache": cache, "tokens": out_tokens,
+            "logprobs": out_logp, "num_tokens": num, "done": done,
+            "stop_token": jnp.where(hit_stop, tok, state["stop_token"])}
+
+  state = {"step": jnp.int32(0), "logits": logits, "cache": cache,
+           "tokens": jnp.zeros((b, max_steps), jnp.int32),
+           "logprobs": jnp.zeros((b, max_steps), jnp.float32),
+           "num_tokens": jnp.zeros((b,), jnp.int32), "done": max_new_tokens <= 0,
+           "stop_token": jnp.full((b,), -1, jnp.int32)}
+  state = jax.lax.while_loop(cond, body, state)
+  return {k: state[k] for k in ("tokens", "logprobs", "num_tokens", "stop_token")}
+
+
+generate_jit = jax.jit(generate, static_argnames=("cfg", "max_steps"))

@@ -1,0 +1,122 @@
+"""One default per config key: configs/base.py.
+
+carr_jax.jobs.components builds every dataclass config from the keys its `SOURCES` entry names.
+These tests fail when a field has no key (and is not listed as derived), when a key of a
+section is read by nothing, when a dataclass default differs from base.py's, or when an
+override of a key does not reach the built dataclass.
+"""
+import dataclasses
+
+import pytest
+
+from carr_jax import cli
+from carr_jax.jobs import components
+from configs import base
+
+# Keys of the built sections that no dataclass field takes, and the code that reads them.
+READ_ELSEWHERE = {
+    "model.preset": "components.model_config", "model.hf_path": "components.model_config",
+    "model.output_vocab": "components.output_ids",
+    "model.output_vocab_worlds": "components.output_ids",
+    "loss.old_logprobs": "carr_jax.jobs.rl_train (which log-probs the ratio divides by)",
+    "batch.loss_positions_multiple": "components.step_config, the RL and SFT jobs",
+    "reward.shortcut_threshold": "carr_jax.jobs.rl_train (shortcut metrics)",
+    "rollout.engine": "components.engine", "rollout.sglang_urls": "components.engine",
+    "rollout.sglang_idle_timeout": "components.engine", "rollout.max_batch": "components.engine",
+    "rollout.tokenizer_dir": "components.tokenizer", "rollout.sync_dir": "carr_jax.jobs.rl_train",
+    "rollout.dump_trajectories": "carr_jax.jobs.rl_train",
+    "tools.backend": "components.tool_backend", "judge.cache_path": "components.judge_config",
+    **{f"sft.{k}": "carr_jax.jobs.sft_train" for k in (
+        "data", "epochs", "batch_size", "num_steps", "min_outcome", "default_tools",
+        "expert_max_hops", "expert_samples")},
+}
+
+
+def full_config():
+  c = base.get_config()
+  c.sft = base.sft_section()
+  return c
+
+
+def sources():
+  return [(name, s, dataclasses.fields(components.dataclass_of(name)))
+          for name, s in components.SOURCES.items()]
+
+
+def has_key(config, key):
+  try:
+    components.lookup(config, key)
+  except (KeyError, AttributeError):
+    return False
+  return True
+
+
+def default_of(field):
+  if field.default is not dataclasses.MISSING:
+    return field.default
+  if field.default_factory is not dataclasses.MISSING:
+    return field.default_factory()
+  return dataclasses.MISSING
+
+
+def test_every_field_has_a_key_or_is_derived():
+  config = full_config()
+  for name, source, fields in sources():
+    names = {f.name for f in fields}
+    assert set(source.derived) <= names and set(source.keys) <= names, name
+    missing = [components.key_of(source, f.name) for f in fields
+               if f.name not in source.derived
+               and not has_key(config, components.key_of(source, f.name))]
+    assert not missing, f"{name}: fields without a key in configs/base.py: {missing}"
+
+
+def test_every_key_of_a_built_section_is_read():
+  config = full_config()
+  taken = {components.key_of(s, f.name) for _, s, fields in sources() for f in fields
+           if f.name not in s.derived}
+  sections = {s.section for s in components.SOURCES.values()}
+  keys = {f"{sec}.{k}" for sec in sections for k in config[sec].keys()}
+  assert not keys - taken - set(READ_ELSEWHERE), "keys no field takes and nothing reads"
+  assert not set(READ_ELSEWHERE) - keys, "READ_ELSEWHERE names keys that do not exist"
+  assert not set(READ_ELSEWHERE) & taken, "READ_ELSEWHERE names keys a field takes"
+
+
+def test_dataclass_defaults_equal_base():
+  config = full_config()
+  disagree = []
+  for name, source, fields in sources():
+    for f in fields:
+      default = default_of(f)
+      if f.name in source.derived or default is dataclasses.MISSING:
+        continue
+      key = components.key_of(source, f.name)
+      if components.lookup(config, key) != default:
+        disagree.append(f"{name}.{f.name}={default!r} vs {key}="
+                        f"{components.lookup(config, key)!r}")
+  assert not disagree, disagree
+
+
+def test_builders_reject_a_wrong_set_of_derived_fields():
+  from carr_jax.rl import train_step as ts
+  with pytest.raises(TypeError, match="loss_positions"):
+    components.build(ts.StepConfig, full_config(), temperature=1.0)
+
+
+def test_command_line_overrides_reach_the_dataclasses(tmp_path):
+  config = cli.load_config("configs/demo_cpu.py", [
+      "judge.max_citations=3", "judge.temperature=0.6", "reward.std_ddof=0",
+      "optim.eps=1e-6", "rollout.tool_timeout_s=5", "rollout.system_prompt=Be brief.",
+      "loss.log_ratio_clamp=10", "batch.coarse_rows=false", "tools.max_redirects=2"])
+  judge = components.judge_config(config, str(tmp_path))
+  assert (judge.max_citations, judge.temperature) == (3, 0.6)
+  assert judge.cache_path == str(tmp_path / "judge_cache.sqlite")
+  assert components.reward_config(config).std_ddof == 0
+  assert components.optim_config(config).eps == 1e-6
+  rollout = components.rollout_config(config)
+  assert (rollout.tool_timeout_s, rollout.system_prompt) == (5.0, "Be brief.")
+  assert components.loss_config(config).log_ratio_clamp == 10.0
+  mesh = type("Mesh", (), {"shape": {"data": 2, "fsdp": 1, "expert": 1}})()
+  packing = components.packing_config(config, mesh, 1000)
+  assert (packing.coarse_rows, packing.row_multiple, packing.vocab_size) == (False, 2, 1000)
+  from rollout.tools.web import WebConfig
+  assert components.build(WebConfig, config).max_redirects == 2

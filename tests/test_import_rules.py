@@ -1,0 +1,117 @@
+"""The shape of the tree, from the code's own imports (every import, function-local ones too).
+
+- No import circle between modules, nor between the rooms of carr_jax (its subpackages and
+  its top-level files).
+- Each room imports only rooms after it in `ORDER`, the order docs/design.md section 6 draws.
+- Room boundaries: carr_common imports none of carr_jax / rollout / judge; judge imports
+  neither carr_jax nor rollout; rollout imports no carr_jax.
+- carr_jax's top level holds the entry points (each has `main`) and their command-line
+  convention, carr_jax/cli.py; nothing in a subpackage imports either.
+- No module is over 400 lines.
+Run: python -m pytest tests/test_import_rules.py -q
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import networkx as nx
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("carr_common", "judge", "rollout", "carr_jax")
+MAX_LINES = 400
+ORDER = ("carr_jax", "carr_jax.jobs", "carr_jax.coldstart", "carr_jax.evaluation", "carr_jax.world",
+         "carr_jax.rl", "carr_jax.model", "carr_jax.runs", "rollout", "judge", "carr_common")
+
+
+def _module_name(path: pathlib.Path) -> str:
+  parts = path.relative_to(REPO).with_suffix("").parts
+  return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _sources() -> dict[str, pathlib.Path]:
+  return {_module_name(p): p for top in PACKAGES for p in sorted((REPO / top).rglob("*.py"))
+          if "__pycache__" not in p.parts}
+
+
+def _imported(tree: ast.AST, modules: set[str]) -> set[str]:
+  """Our modules a parsed file imports; `from pkg import name` counts pkg.name if a module."""
+  found = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
+               else node.module for a in node.names]
+    else:
+      continue
+    found |= {n for n in names if n in modules}
+  return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> nx.DiGraph:
+  sources = _sources()
+  g = nx.DiGraph()
+  g.add_nodes_from(sources)
+  for name, path in sources.items():
+    g.add_edges_from((name, dep) for dep in _imported(ast.parse(path.read_text()), set(sources))
+                     if dep != name and not name.startswith(dep + "."))  # a package's face
+  return g
+
+
+def _room(module: str) -> str:
+  """carr_jax.rl.loss -> carr_jax.rl; carr_jax.train -> carr_jax.train; rollout.x -> rollout."""
+  parts = module.split(".")
+  return ".".join(parts[:2]) if parts[0] == "carr_jax" else parts[0]
+
+
+def _floor(module: str) -> int:
+  """The index in ORDER of the room of `module`; carr_jax's top-level files share index 0."""
+  room = _room(module)
+  return ORDER.index(room) if room in ORDER else 0
+
+
+def test_no_module_circle(graph):
+  assert list(nx.simple_cycles(graph)) == []
+
+
+def test_no_room_circle(graph):
+  rooms = nx.DiGraph((_room(a), _room(b)) for a, b in graph.edges if _room(a) != _room(b))
+  assert list(nx.simple_cycles(rooms)) == []
+
+
+def test_rooms_import_only_rooms_after_them(graph):
+  subpackages = {_room(m) for m in graph if m.startswith("carr_jax.") and m.count(".") > 1}
+  assert subpackages <= set(ORDER)  # a new room takes its place in ORDER and design.md
+  assert [(a, b) for a, b in graph.edges if _floor(a) > _floor(b)] == []
+
+
+@pytest.mark.parametrize("room, forbidden", [
+    ("carr_common", ("carr_jax", "rollout", "judge")),
+    ("judge", ("carr_jax", "rollout")),
+    ("rollout", ("carr_jax",)),
+])
+def test_room_boundaries(graph, room, forbidden):
+  crossing = [(a, b) for a, b in graph.edges
+              if a.split(".")[0] == room and b.split(".")[0] in forbidden]
+  assert crossing == []
+
+
+def test_entry_points_are_the_top_level_and_no_library_imports_them(graph):
+  top = {m for m in graph if m.count(".") == 1 and m.startswith("carr_jax.")
+         and (REPO / (m.replace(".", "/") + ".py")).is_file()}
+  entries = top - {"carr_jax.cli"}
+  lacking_main = [m for m in entries
+                  if "main" not in {n.name for n in ast.parse(
+                      (REPO / (m.replace(".", "/") + ".py")).read_text()).body
+                                    if isinstance(n, ast.FunctionDef)}]
+  assert lacking_main == []
+  assert [(a, b) for a, b in graph.edges if b in top and a not in top] == []
+
+
+def test_no_module_over_the_limit():
+  long = {name: n for name, path in _sources().items()
+          if (n := len(path.read_text().splitlines())) > MAX_LINES}
+  assert long == {}
