@@ -94,7 +94,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.tools.allow_private = False  # allow loopback/private URLs (tests only)
   c.tools.timeout_s = 30.0  # s per HTTP attempt of the search / reader
   c.tools.attempts = 3  # tries per HTTP request, the first included
-  c.tools.backoff_s = 0.5  # retry k waits backoff_s * 2**(k-1)
+  c.tools.backoff_s = 0.5  # retry k waits uniform(0, backoff_s * 2**(k-1))
+  c.tools.backoff_max_s = 30.0  # s; the longest wait between tries, Retry-After included
   c.tools.max_concurrency = 32  # search / reader requests in flight
   c.tools.cache_dir = placeholder(str)  # also keep fetched pages on disk here (None: memory only)
   c.tools.cache_pages = 4096  # pages kept in the in-memory LRU cache

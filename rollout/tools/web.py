@@ -55,7 +55,8 @@ class WebConfig:
   reader_key_env: str | None = "JINA_API_KEY"  # the reader also works keyless, rate-limited
   timeout_s: float = 30.0  # per HTTP attempt
   attempts: int = 3  # tries per request, including the first
-  backoff_s: float = 0.5  # retry k waits uniform(0, backoff_s * 2**(k-1)), at most 30 s
+  backoff_s: float = 0.5  # retry k waits uniform(0, backoff_s * 2**(k-1)), capped below
+  backoff_max_s: float = 30.0  # the longest wait between tries, Retry-After included
   max_concurrency: int = 32  # HTTP requests in flight per event loop
   allow_private: bool = False  # let the reader open private/loopback target URLs
   cache_dir: str | None = None  # also keep fetched pages on disk (JSON per URL)
@@ -152,7 +153,8 @@ class WebBackend:
     self._disk = _DiskPages(config.cache_dir) if config.cache_dir else None
     if config.attempts < 1:
       raise ValueError(f"WebConfig.attempts: must be >= 1, got {config.attempts}")
-    self.policy = RetryPolicy(retries=config.attempts - 1, base_delay=config.backoff_s)
+    self.policy = RetryPolicy(retries=config.attempts - 1, base_delay=config.backoff_s,
+                              max_delay=config.backoff_max_s)
     self._pool = LoopPool(lambda: _LoopState(config), _LoopState.aclose)
     self.http_requests = 0  # attempts sent, for tests and metrics
 

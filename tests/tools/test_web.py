@@ -190,6 +190,17 @@ def test_retry_after_replaces_a_long_backoff(server, keys):
   assert time.time() - start < 10  # the 30 s backoff was never slept
 
 
+def test_backoff_max_caps_a_long_retry_after(server, keys):
+  fakes, base = server
+  backend = make_backend(base, attempts=2, backoff_max_s=0.2)
+  fakes.search_errors = [(429, {"Retry-After": "3600"})]
+  start = time.time()
+  r = run(_close_after(backend, BrowserSession(backend).call("browser.search",
+                                                             {"query": "an hour"})))
+  assert r.ok and backend.http_requests == 2 and fakes.search_errors == []
+  assert time.time() - start < 10  # waited at most 0.2 s, not the hour asked for
+
+
 def test_a_400_is_not_retried(server, keys):
   fakes, base = server
   backend = make_backend(base, attempts=3)
