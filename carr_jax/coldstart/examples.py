@@ -37,11 +37,11 @@ Anything else is an `SFTDataError` naming the file, line and field.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from carr_common.jsonl import numbered_records
 from rollout import chat
 from rollout.tools.schemas import tool_schemas
 
@@ -177,14 +177,7 @@ def load_examples(path: str | Path, fmt: chat.ChatFormat, *, min_outcome: float 
   """(examples, number of records filtered out) from a JSONL file of trajectories."""
   examples, skipped = [], 0
   with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      where = f"{path}:{lineno}"
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise SFTDataError(f"{where}: invalid JSON ({e.msg})") from None
+    for where, record in numbered_records(f, str(path), SFTDataError):
       ex = example_from_record(record, fmt, where, min_outcome=min_outcome,
                                default_tools=default_tools)
       if ex is None:

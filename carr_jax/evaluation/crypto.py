@@ -32,6 +32,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from carr_common.jsonl import numbered_records
 
 ENVELOPE_FORMAT = "carr-xor-sha256-v1"
 DEFAULT_PASSWORD_ENV = "CARR_EVAL_PASSWORD"
@@ -95,14 +96,7 @@ def decrypt_fields(text: str, fields: Sequence[str], password: str | None,
                    password_field: str | None = None, where: str = "input") -> bytes:
   """Field-wise encrypted JSONL -> the same JSONL with `fields` in plain text."""
   out = []
-  for lineno, line in enumerate(text.splitlines(), 1):
-    if not line.strip():
-      continue
-    at = f"{where}:{lineno}"
-    try:
-      record = json.loads(line)
-    except json.JSONDecodeError as e:
-      raise DecryptError(f"{at}: invalid JSON ({e.msg})") from None
+  for at, record in numbered_records(text.splitlines(), where, DecryptError):
     key = record.get(password_field) if password_field else password
     if not isinstance(key, str):
       raise DecryptError(f"{at}: field {password_field!r} (the row's password) is missing")
