@@ -9,9 +9,9 @@ was built with the initial params, so `start` has nothing to do. SGLang servers 
 load an HF export: each version is written to `<export_dir>/v<version>` by the trainer's
 `export(params, path)` (every process takes part in the gather, process 0 writes), process 0
 asks every server to load it, and once they serve it the export it replaced is deleted (a 4B
-policy is 8 GB a step). Only exports this
-sync wrote are deleted. The servers must serve exactly the trainer's policy before the first
-rollout, so `start` pushes too. The export is the caller's, so rollout needs no model code.
+policy is 8 GB a step). Only exports this sync wrote are deleted. The servers must serve
+exactly the trainer's policy before the first rollout, so `start` pushes too. The export is
+the caller's, so rollout needs no model code.
 """
 from __future__ import annotations
 
