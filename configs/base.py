@@ -51,11 +51,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.world_questions = 40  # synthetic questions (train + eval)
   c.data.world_eval_fraction = 0.25  # share of synthetic questions held out for eval
   c.data.world_style = "deep"  # "deep" (vague clues) | "named" (head named) | "kinds" (named.py)
-  # | "lookup" (kinds with glossary evidence, lookup.py)
+  # | "lookup" (kinds with glossary evidence, lookup.py) | "reference" (lookup.py: every question
+  # has its own link; the relation's kind is right except on exceptions)
   c.data.world_min_hops = 2  # synthetic question lengths in hops ("named": from 1)
   c.data.world_max_hops = 4
-  c.data.world_shortcut_fraction = 0.25  # share of (multi-hop; "lookup": all) questions
-  # admitting a shortcut
+  c.data.world_shortcut_fraction = 0.25  # share of (multi-hop; "lookup": all; "reference":
+  # training) questions admitting a shortcut
+  c.data.world_eval_shortcut_fraction = 0.5  # "reference": the same for held-out questions
   c.data.world_locality = 0.0  # chance a person studies/works in their birth city (graph.py)
   c.data.world_distractors = 6  # distractor sentences per synthetic page (0-6)
   c.data.world_short_names = False  # one-token names, one-word people (world/graph.py)

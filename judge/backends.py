@@ -12,7 +12,9 @@ backends are scored by the same pipeline.
 * `LLMBackend`: any OpenAI-compatible chat endpoint, prompts from judge/prompts.py.
 * `GoldBackend`: SYNTHETIC WORLD ONLY. Deterministic, no LLM: reads the gold annotations of
   the synthetic world (`metadata.gold`, docs/design.md section 3). An entity is named when the
-  response states its gold name or an alias (normalized, case-insensitive, whole words); a
+  response states its gold name or an alias (normalized, case-insensitive, whole words); the
+  answer entity E0 only when the `## Exact Answer` section is that name, read as the outcome
+  judge reads it (so an explanation naming E0 beside a contradicting answer names nothing); a
   rubric is supported when its gold `evidence` sentence appears in the cited content (its
   placeholders were already identified, or it would not be asked); the outcome is a
   normalized exact match of the `## Exact Answer` section against the label, E0's name and
@@ -73,7 +75,8 @@ def normalize(text: str) -> str:
   return " ".join(re.findall(r"\w+", text))
 
 
-def _contains(haystack_norm: str, needle: str) -> bool:
+def contains(haystack_norm: str, needle: str) -> bool:
+  """Whether `needle`, normalized, occurs as whole words in the normalized `haystack_norm`."""
   needle_norm = normalize(needle)
   return bool(needle_norm) and f" {needle_norm} " in f" {haystack_norm} "
 
@@ -117,10 +120,15 @@ class GoldBackend:
   async def identify_entities(self, inp, response, ids, usage):
     entities = self._gold(inp)["entities"]
     response_norm = normalize(response)
+    answer = _strip_article(normalize(exact_answer(response) or ""))
     names: dict[str, str | None] = {}
     for entity_id in ids:
       candidates = self._names(entities.get(entity_id))
-      names[entity_id] = next((n for n in candidates if _contains(response_norm, n)), None)
+      if entity_id == "E0":  # the answer: read off the Exact Answer, as grade_outcome does
+        names[entity_id] = next((n for n in candidates
+                                 if answer and _strip_article(normalize(n)) == answer), None)
+      else:
+        names[entity_id] = next((n for n in candidates if contains(response_norm, n)), None)
     return names
 
   async def judge_support(self, inp, statements, context, usage):
@@ -132,5 +140,5 @@ class GoldBackend:
     for key in statements:
       gold_rubric = rubrics[int(key[1:]) - 1]
       evidence = gold_rubric.get("evidence") if isinstance(gold_rubric, dict) else None
-      supported[key] = isinstance(evidence, str) and _contains(context_norm, evidence)
+      supported[key] = isinstance(evidence, str) and contains(context_norm, evidence)
     return supported

@@ -37,6 +37,9 @@ class Breakdown:
   cited_urls: list[str] = dataclasses.field(default_factory=list)  # first N distinct citations
   cited_visited: int = 0  # cited URLs that appear in the trajectory's tool outputs
   cited_opened: int = 0  # ... whose page the agent actually opened
+  # the Exact Answer occurs (whole words) in the content of the cited pages the agent received;
+  # None when the reply has no Exact Answer or cites nothing it received
+  answer_in_cited: bool | None = None
   judge_calls: int = 0  # LLM completions made for this trajectory (cache hits excluded)
   cache_hits: int = 0
   reasks: int = 0

@@ -13,7 +13,9 @@ final response before its last `## References` heading is judged:
            for them (judge/citations.py); no usable citation -> 0 without any LLM call (the
            release identifies entities first; the reward is 0 either way);
            identification: backend names each placeholder; a rubric is identified when all
-           of its placeholders are named;
+           of its placeholders are named; the answer entity E0 counts only when its name
+           agrees with the `## Exact Answer` section (`answer_agrees`), so an explanation
+           that names E0 beside a contradicting answer earns nothing, whatever the backend;
            support: backend judges the identified rubrics, names filled in, against the
            cited content;
            connectivity: supported rubrics reachable from E0 (judge/rubric_graph.py);
@@ -31,17 +33,27 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Iterable
 
-from judge.backends import Backend, GoldBackend, LLMBackend
+from judge.backends import Backend, GoldBackend, LLMBackend, contains, normalize
 from judge.breakdown import Breakdown, RubricScore
 from judge.cache import JudgeCache
 from judge.citations import build_context, collect_pages, extract_citations
 from judge.config import JudgeConfig
 from judge.llm import ChatClient, Metrics, StepError, Usage
-from judge.records import (JudgeInput, RequestError, cut_references, final_response,
-                           input_from_records, parse_request)
+from judge.records import (JudgeInput, RequestError, cut_references, exact_answer,
+                           final_response, input_from_records, parse_request)
 from judge.rubric_graph import connected_rubrics, entity_ids, fill, placeholders
 
 logger = logging.getLogger(__name__)
+
+
+def answer_agrees(name: str, answer: str | None) -> bool:
+  """Whether an identified E0 name and the Exact Answer name the same thing: one holds the
+  other as whole words, normalized ("the Louvre" / "Louvre Museum, Paris" do not; "Louvre" /
+  "the Louvre" do)."""
+  if not answer:
+    return False
+  name_norm, answer_norm = normalize(name), normalize(answer)
+  return bool(name_norm) and (contains(answer_norm, name) or contains(name_norm, answer))
 
 
 class Judge:
@@ -197,6 +209,9 @@ class Judge:
     context, used = build_context(cited, pages, self.config.max_context_chars)
     breakdown.cited_urls, breakdown.cited_visited = cited, len(used)
     breakdown.cited_opened = sum(pages[url].opened for url in used)
+    answer = exact_answer(response)
+    if answer and used:
+      breakdown.answer_in_cited = contains(normalize(context), answer)
     ids = entity_ids(inp.rubrics)
     if "E0" not in ids:
       breakdown.rubric_reason = "no rubric mentions <E0>: nothing can connect to the answer"
@@ -211,6 +226,10 @@ class Judge:
   async def _judge_rubrics(self, inp: JudgeInput, response: str, ids: list[str], context: str,
                            breakdown: Breakdown, usage: Usage) -> None:
     names = await self.backend.identify_entities(inp, response, ids, usage)
+    if names.get("E0") is not None and not answer_agrees(names["E0"], exact_answer(response)):
+      breakdown.warnings.append("the name identified for <E0> is not the Exact Answer's: "
+                                "the answer entity is what the reply answers, so none counts")
+      names = {**names, "E0": None}
     breakdown.entities = names
     statements: dict[str, str] = {}
     for score in breakdown.rubrics:

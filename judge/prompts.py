@@ -71,6 +71,8 @@ def identify_messages(question: str, rubrics: list[str], ids: list[str],
       "whether the name is right.\n"
       "- Give the name as the response writes it (a short proper name or title, not a "
       "description).\n"
+      "- <E0> is the answer: take its name from the response's Exact Answer section only, "
+      "even where the explanation names something else.\n"
       "- Use JSON null when the response never names the entity, only describes it vaguely, "
       "or leaves several candidates open.\n"
       "Reply with one ```json fenced block holding an object that maps each placeholder id to "

@@ -29,6 +29,8 @@ import fastapi
 import starlette.requests
 import uvicorn
 
+from judge.records import exact_answer
+
 _FENCE = re.compile(r"<<<([A-Z]+) ([0-9a-f]{16})>>>\n(.*?)\n<<<END \1 \2>>>", re.DOTALL)
 _KIND = re.compile(r"^\[judge step: (\w+)\]")
 _KEYS = re.compile(r"Its keys are exactly: (.*?)\.(?:\n|$)")
@@ -74,8 +76,9 @@ def canned_reply(body: dict) -> Reply:
   kind, keys = prompt_kind(body), prompt_keys(body)
   if kind == "outcome":
     value: Any = {"extracted_final_answer": "canned", "reasoning": "", "correct": "yes"}
-  elif kind == "identify":
-    value = {k: f"Entity {k}" for k in keys}
+  elif kind == "identify":  # E0 as the reply's Exact Answer gives it (the prompt's rule)
+    answer = exact_answer(prompt_blocks(body["messages"][-1]["content"]).get("RESPONSE", ""))
+    value = {k: answer if k == "E0" and answer else f"Entity {k}" for k in keys}
   elif kind == "support":
     value = {k: True for k in keys}
   elif kind == "rubrics":

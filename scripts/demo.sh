@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The main job on its CPU default (configs/lookup_cpu.py): sets up .venv if needed, then
-#   1. cold-start SFT of the tiny policy on lookup questions (~9 min on 2 cores) into
-#      $workdir/sft: an expert that searches the glossary and cites it on every other sample
-#      and guesses without a tool on the rest;
-#   2. C-GRPO from that policy into $workdir/rl (~8 min), with the browser tools: held-out
-#      avg@4 accuracy at the start and the end, last line
+# The main job on its CPU default (configs/lookup_cpu.py, the reference world): sets up .venv
+# if needed, then
+#   1. cold-start SFT of the tiny policy (~9 min on 2 cores) into $workdir/sft: an expert that
+#      searches the question's own glossary entry and cites it on one of two samples, and
+#      answers the relation's usual kind without a tool (the shortcut) on the other;
+#   2. C-GRPO from that policy into $workdir/rl (~8 min), with the browser tools. It ends with
+#      held-out avg@4 at the start and the end, overall and on the evidence-only questions
+#      (where the shortcut is wrong); last line
 #      `heldout_accuracy start=... end=... n=... samples=...`.
 # Every stage resumes when rerun (a finished SFT stage is not redone).
 #   CARR_JAX_WORKDIR   run directory (default workdir/demo)
+#   CARR_JAX_SEED      seed of both stages (default 0); over seeds: scripts/main_job_seeds.sh
 #   CARR_JAX_DEMO_SFT  0 = skip stage 1 and start RL from a random policy (default 1)
 # Extra args go to the RL trainer, e.g. --config.train.num_steps=8.
 # The tool-free kind-question job (3 min) is configs/kinds_cpu.py; its docstring has the commands.
@@ -16,11 +19,12 @@ cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 venv="${CARR_JAX_VENV:-.venv}"
 workdir="$(realpath -m "${CARR_JAX_WORKDIR:-workdir/demo}")"
+seed="${CARR_JAX_SEED:-0}"
 init=()
 if [ "${CARR_JAX_DEMO_SFT:-1}" != 0 ]; then
-  "$venv/bin/python" -m carr_jax.sft --config configs/lookup_cpu.py:sft_main \
-    --workdir "$workdir/sft"
+  "$venv/bin/python" -m carr_jax.sft --config configs/lookup_cpu.py:sft \
+    --workdir "$workdir/sft" --config.seed="$seed"
   init=("--config.checkpoint.init_dir=$workdir/sft/checkpoints")
 fi
 exec "$venv/bin/python" -m carr_jax.train --config configs/lookup_cpu.py:main \
-  --workdir "$workdir/rl" ${init[@]+"${init[@]}"} "$@"
+  --workdir "$workdir/rl" --config.seed="$seed" ${init[@]+"${init[@]}"} "$@"

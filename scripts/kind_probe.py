@@ -9,11 +9,20 @@ next-token probabilities of the two options. It prints, per checkpoint: the mean
 of the right option (what avg@k at temperature 1 tends to once the format is right), the share
 of questions whose right option is the likelier (greedy accuracy between the two), and the
 mean P(first option | one of the two) on each relation. A policy that ignores the question
-gives the same number on every relation. Results: docs/results.md.
+gives the same number on every relation.
+
+On lookup and reference worlds it feeds instead the "lookup" expert's episodes up to the first
+answer word of the final reply (its reasoning included): the tool-free one (does the policy
+read the relation?) and the searched one (the question, the glossary search, the page it
+returned: does it read the page it received?). It also splits the questions by the gold
+`shortcut` flag: on the evidence-only ones (the relation's usual kind is wrong) it prints
+P(right), what the page says, beside P(shortcut answer), what the relation says.
+Results: docs/results.md.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import pathlib
 import re
 import sys
@@ -29,6 +38,7 @@ from carr_jax.jobs import components
 from carr_jax.jobs import tasks as data_lib  # noqa: E402
 from carr_jax.jobs.evaluate import policy_params  # noqa: E402
 from carr_jax.model import decode  # noqa: E402
+from carr_jax.world.expert import ExpertConfig, expert_episode, looks_up  # noqa: E402
 from carr_jax.model import qwen3 as model_lib  # noqa: E402
 from rollout import chat  # noqa: E402
 
@@ -43,6 +53,31 @@ def probe_inputs(fmt: chat.ChatFormat, records: list[dict]) -> tuple[np.ndarray,
   for i, s in enumerate(seqs):
     tokens[i, :len(s)] = s
   return tokens, np.array([len(s) for s in seqs], np.int32)
+
+
+def expert_inputs(fmt: chat.ChatFormat, records: list[dict], backend, option_ids: list[int],
+                  searched: bool) -> tuple[np.ndarray, np.ndarray]:
+  """Like `probe_inputs`, each row the "lookup" expert's searched (or tool-free) episode cut
+  before its final reply's first option token."""
+  import asyncio
+  cfg = ExpertConfig(search_results=1, answer="lookup", known_fraction=1.0)
+
+  async def episodes():
+    out = []
+    for r in records:
+      k = next(k for k in range(2)
+               if looks_up(r["metadata"]["gold"], str(r["id"]), k) == searched)
+      out.append(await expert_episode(r, backend, fmt, cfg, k))
+    return out
+  seqs = []
+  for ep in asyncio.run(episodes()):
+    ids, mask = ep["token_ids"], ep["loss_mask"]
+    last = max(i for i, m in enumerate(mask) if not m) + 1  # the final reply's first token
+    seqs.append(ids[:next(i for i in range(last, len(ids)) if ids[i] in option_ids)])
+  tokens = np.zeros((len(seqs), max(map(len, seqs))), np.int32)
+  for i, seq in enumerate(seqs):
+    tokens[i, :len(seq)] = seq
+  return tokens, np.array([len(seq) for seq in seqs], np.int32)
 
 
 def option_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray,
@@ -62,7 +97,7 @@ def option_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray,
 
 def relation_of(record: dict) -> str:
   """The questioned relation: "X, a painter, studied at something. ..." -> "studied at"."""
-  found = re.search(r", an? [^,]+, (.+?) something\.", record["input_messages"][-1]["content"])
+  found = re.search(r", an? [^,]+, (.+?) something[. ]", record["input_messages"][-1]["content"])
   return found[1] if found else "?"
 
 
@@ -70,24 +105,41 @@ def _probe(args: argparse.Namespace) -> None:
   config = args.config
   cfg = components.model_config(config)
   fmt = chat.ChatFormat(components.tokenizer(config))
-  _, records, _ = data_lib.load_tasks(config.data)
+  _, records, corpus = data_lib.load_tasks(config.data)
   options = records[0]["metadata"]["gold"]["options"]
   option_ids = [fmt.encode(o) for o in options]
   if any(len(ids) != 1 for ids in option_ids):
     raise ValueError(f"every option must be one token; got {dict(zip(options, option_ids))}")
-  tokens, lengths = probe_inputs(fmt, records)
+  inputs = {"": probe_inputs(fmt, records)}
+  if "term" in records[0]["metadata"]["gold"]:  # lookup / reference: the expert's episodes
+    from rollout.tools.corpus import CorpusBackend
+    backend = CorpusBackend.from_records(corpus)
+    inputs = {f"{name}: ": expert_inputs(fmt, records, backend, [i[0] for i in option_ids],
+                                         searched)
+              for name, searched in (("tool-free", False), ("searched", True))}
   right = np.array([options.index(r["label"]) for r in records])  # [N]
+  golds = [r["metadata"]["gold"] for r in records]
+  evidence_only = np.array([not g.get("shortcut", True) for g in golds])  # [N]
+  usual = np.array([options.index(g.get("shortcut_answer", r["label"]))
+                    for g, r in zip(golds, records)])  # [N]
   relations = [relation_of(r) for r in records]
-  for checkpoint in args.checkpoint:
+  for checkpoint, (name, (tokens, lengths)) in itertools.product(args.checkpoint,
+                                                                 inputs.items()):
     p = option_probs(policy_params(config, cfg, checkpoint)[0], cfg, tokens, lengths,
                      [ids[0] for ids in option_ids])  # [N, K]
     p_right = p[np.arange(len(p)), right]
     first = p[:, 0] / p.sum(1)
     by_relation = {rel: round(float(first[[r == rel for r in relations]].mean()), 3)
                    for rel in sorted(set(relations))}
-    print(f"{checkpoint}: P(right) {p_right.mean():.4f} | right is likelier "
+    print(f"{name}{checkpoint}: P(right) {p_right.mean():.4f} | right is likelier "
           f"{np.mean(p_right == p.max(1)):.3f} | P({options[0]} | an option) by relation "
           f"{by_relation} | n={len(p)}")
+    if evidence_only.any():
+      p_usual = p[np.arange(len(p)), usual]
+      print(f"  evidence-only ({int(evidence_only.sum())}): P(right) "
+            f"{p_right[evidence_only].mean():.4f}, P(shortcut answer) "
+            f"{p_usual[evidence_only].mean():.4f} | shortcut-admitting: P(right) "
+            f"{p_right[~evidence_only].mean():.4f}")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,40 +1,30 @@
 #!/usr/bin/env bash
-# The paper's central effect in miniature: GRPO (outcome reward only) against C-GRPO (the
-# paper's mode) from the same SFT policy on the same "lookup" world (configs/lookup_cpu.py),
-# the same seeds and the same budget.
-#   bash scripts/reproduce_shortcuts.sh [OUT_DIR]     (default workdir/shortcuts)
-# 1. cold-start SFT once into OUT_DIR/sft;
-# 2. for each seed, both methods into OUT_DIR/grpo_seed<k> and OUT_DIR/cgrpo_seed<k>;
-# 3. OUT_DIR/summary.json, OUT_DIR/table.md and OUT_DIR/shortcuts.png
-#    (python -m carr_jax.shortcut_report; its --help has the metrics' full definitions).
-# Metrics, per run (summary.json: per method, one value per seed, and the wall time):
-#   heldout_accuracy   avg@2 outcome accuracy on 64 held-out questions after the last step
-#   shortcut_rate      on those held-out questions that admit a shortcut: the share of right
-#                      answers whose rubric reward is below 0.5 (right without citing the page)
-#   tool_calls_first / tool_calls_last
-#                      tool calls per training episode, mean over the first / last 10% of steps
-#   cited_pages        distinct cited URLs per held-out episode after the last step
-# Per step (TensorBoard, the plot): outcome and rubric reward, tool calls per episode and the
-# shortcut rate of the training rollouts; held-out accuracy every 10 steps.
-# Measured (docs/results.md): ~55 min on 2 cores (SFT 8.5 min, each RL run ~7.7 min).
-# Every run resumes when rerun (a finished one is not redone).
-#   CARR_JAX_SEEDS   the seeds (default "0 1 2")
-# Extra args go to every RL run, e.g. --config.train.num_steps=10.
+# The paper's claim in miniature, over seeds: GRPO (outcome reward only) against C-GRPO (the
+# paper's mode) on the reference world (configs/lookup_cpu.py), where a tempting shortcut is
+# wrong on the evidence-only questions. For each seed k:
+#   1. the cold start (configs/lookup_cpu.py:sft, --config.seed=k) into OUT_DIR/sft_seed<k>:
+#      the SFT seed moves the cold start the way another machine's float rounding does;
+#   2. from it, with the same seed and budget, C-GRPO (the main job, :main) into
+#      OUT_DIR/cgrpo_seed<k> and GRPO into OUT_DIR/grpo_seed<k>, side by side;
+# then OUT_DIR/summary.json, OUT_DIR/table.md and OUT_DIR/shortcuts.png
+# (python -m carr_jax.shortcut_report; its --help defines every metric: held-out and
+# evidence-only accuracy and gain, shortcut rate, tool calls, cited pages, page agreement).
+#   bash scripts/reproduce_shortcuts.sh [OUT_DIR]            (default workdir/shortcuts)
+#   CARR_JAX_SEEDS="0 1 2 3 4" bash scripts/reproduce_shortcuts.sh   the main job's seed table
+# Runs go two at a time, one core each (scripts/run_lanes.sh); logs in OUT_DIR/*.log; every
+# run resumes when rerun (a finished one is not redone). Extra args go to every RL run.
+# Measured (docs/results.md): ~50 min for 3 seeds on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
-venv="${CARR_JAX_VENV:-.venv}"
 out="$(realpath -m "${1:-workdir/shortcuts}")"
 shift || true
 start=$(date +%s)
-"$venv/bin/python" -m carr_jax.sft --config configs/lookup_cpu.py:sft --workdir "$out/sft"
-for seed in ${CARR_JAX_SEEDS:-0 1 2}; do
-  for method in grpo cgrpo; do
-    mode=paper
-    [ "$method" = grpo ] && mode=grpo
-    "$venv/bin/python" -m carr_jax.train --config configs/lookup_cpu.py \
-      --workdir "$out/${method}_seed$seed" --config.checkpoint.init_dir="$out/sft/checkpoints" \
-      --config.seed="$seed" --config.reward.mode="$mode" "$@"
-  done
+seeds=(${CARR_JAX_SEEDS:-0 1 2})
+bash scripts/run_lanes.sh sft "$out" configs/lookup_cpu.py:sft "${seeds[@]}"
+for seed in "${seeds[@]}"; do
+  bash scripts/run_lanes.sh rl "$out" configs/lookup_cpu.py:main "$seed" \
+    "$out/sft_seed$seed/checkpoints" "$@"
 done
-"$venv/bin/python" -m carr_jax.shortcut_report "$out" --wall-s "$(( $(date +%s) - start ))"
+"${CARR_JAX_VENV:-.venv}/bin/python" -m carr_jax.shortcut_report "$out" \
+  --wall-s "$(( $(date +%s) - start ))"

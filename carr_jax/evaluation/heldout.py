@@ -45,6 +45,34 @@ def shortcut_subset_metrics(records: Sequence[dict], breakdowns: Sequence[Any],
               float(np.mean([is_correct(b.outcome_reward) for b in chosen])) if chosen else 0.0}
 
 
+def evidence_subset_metrics(records: Sequence[dict], breakdowns: Sequence[Any],
+                            prefix: str = "eval/") -> dict:
+  """Accuracy on the evidence-only questions: those with no shortcut (gold `shortcut` False),
+  which only the evidence answers ("reference" world: the relation's usual kind is wrong).
+
+  evidence_only_shortcut_answer: the share of their samples whose exact answer is the gold
+  `shortcut_answer` (the relation's usual kind; 0 where the gold has none). With accuracy it
+  tells reading from the shortcut: right answers there come from the page, never from the
+  relation, and a policy that ignored the page would score this instead.
+  """
+  k = len(breakdowns) // max(len(records), 1)
+  golds = [(r.get("metadata") or {}).get("gold", {}) for r in records]
+  chosen = [(b, golds[i // k]) for i, b in enumerate(breakdowns)
+            if k and not golds[i // k].get("shortcut")]
+  if not chosen:
+    return {f"{prefix}evidence_only_questions": 0.0}
+  usual = [_normalized(b.extracted_answer) == _normalized(g.get("shortcut_answer"))
+           and g.get("shortcut_answer") is not None for b, g in chosen]
+  return {f"{prefix}evidence_only_questions": float(len(chosen) // k),
+          f"{prefix}evidence_only_accuracy":
+              float(np.mean([is_correct(b.outcome_reward) for b, _ in chosen])),
+          f"{prefix}evidence_only_shortcut_answer": float(np.mean(usual))}
+
+
+def _normalized(text: str | None) -> str:
+  return " ".join((text or "").casefold().split())
+
+
 def change(start: np.ndarray, end: np.ndarray) -> dict:
   """Paired comparison of two [Q] per-question accuracies."""
   diff = np.asarray(end, np.float64) - np.asarray(start, np.float64)
@@ -91,6 +119,17 @@ def step_line(label: str, metrics: dict) -> str:
           f"tool_calls {metrics.get('rollout/tool_calls', float('nan')):.2f}")
 
 
+def subset_lines(first: dict, final: dict) -> list[str]:
+  """Start -> end of the held-out subsets' measures that both evaluations hold."""
+  names = (("eval/evidence_only_accuracy", "evidence-only accuracy"),
+           ("eval/evidence_only_shortcut_answer", "evidence-only answers naming the shortcut"),
+           ("eval/shortcut_admitting_rate", "shortcut rate"),
+           ("eval/answer_agrees_with_cited", "answers agreeing with the page they cite"),
+           ("eval/tool_calls", "tool calls per episode"))
+  return [f"held-out {label}: {first[key]:.4f} -> {final[key]:.4f}" for key, label in names
+          if key in first and key in final]
+
+
 def closing_summary(config: Any, workdir: str, steps_done: int, last: dict,
                     first: dict | None = None) -> list[str]:
   """The lines a run ends with: what was trained, the key metrics of its first and last step
@@ -106,6 +145,7 @@ def closing_summary(config: Any, workdir: str, steps_done: int, last: dict,
     first_eval, final = evals[0], evals[-1]
     c = change(np.array(first_eval["per_question_accuracy"]),
                np.array(final["per_question_accuracy"]))
+    lines += subset_lines(first_eval["metrics"], final["metrics"])
     lines.append(f"held-out avg@{final['samples']} accuracy: step {first_eval['step']} "
                  f"{c['start']:.4f} -> step {final['step']} {c['end']:.4f} "
                  f"(change {c['difference']:+.4f} +- {c['standard_error']:.4f} s.e.)")

@@ -17,7 +17,21 @@ Metrics (per run; summary.json holds, per method, one value per seed in seed ord
                      (at least one step each; `rollout/tool_calls`).
   cited_pages        mean distinct cited URLs per held-out episode at the last evaluation
                      (`eval/cited_pages`).
-  start_*            the same held-out measures at step 0 (the shared SFT policy).
+  evidence_only_accuracy
+                     avg@k accuracy on the held-out questions with no shortcut (gold flag):
+                     on the reference world, those whose relation's usual kind is wrong, so
+                     only the page the question's own link finds answers them.
+  evidence_only_shortcut_answer
+                     the share of those samples answering the relation's usual kind instead
+                     (what a policy that ignores the page would answer): reading vs shortcut.
+  answer_agrees_with_cited
+                     among held-out answers that cite a page the agent received, the share
+                     whose exact answer the cited content states (the judge's
+                     `answer_in_cited`).
+  heldout_gain, heldout_gain_se
+                     the paired change of held-out accuracy from the first evaluation to the
+                     last and its standard error (`heldout.change`).
+  start_*            the same held-out measures at step 0 (the run's SFT policy).
 Per step (the plot, and `steps` in summary.json): outcome reward, rubric reward, tool calls per
 episode and the shortcut rate of the training rollouts (`judge/outcome_reward_mean`,
 `judge/rubric_reward_mean`, `rollout/tool_calls`, `judge/shortcut_rate`), and held-out
@@ -40,6 +54,13 @@ METHODS = ("grpo", "cgrpo")
 STEP_TAGS = {"outcome_reward": "judge/outcome_reward_mean",
              "rubric_reward": "judge/rubric_reward_mean",
              "tool_calls": "rollout/tool_calls", "shortcut_rate": "judge/shortcut_rate"}
+# summary.json's per-method lists, in the table's row order
+SUMMARY_KEYS = ("start_heldout_accuracy", "heldout_accuracy", "heldout_gain", "heldout_gain_se",
+                "start_evidence_only_accuracy",
+                "evidence_only_accuracy", "start_evidence_only_shortcut_answer",
+                "evidence_only_shortcut_answer", "start_shortcut_rate", "shortcut_rate",
+                "tool_calls_first", "tool_calls_last", "start_cited_pages", "cited_pages",
+                "start_answer_agrees_with_cited", "answer_agrees_with_cited")
 _RUN = re.compile(r"^(?P<method>[a-z]+)_seed(?P<seed>\d+)$")
 
 
@@ -51,6 +72,11 @@ def edge_mean(values: list[float], last: bool, share: float = 0.1) -> float:
   return float(np.mean(values[-n:] if last else values[:n]))
 
 
+def _held(row: dict, key: str) -> float:
+  """A held-out measure of one evaluation; nan where it lacks it (an older run)."""
+  return float(row.get(key, math.nan))
+
+
 def run_summary(workdir: str) -> dict[str, Any]:
   """The metrics of the module docstring for one run."""
   steps = metrics.read_scalars(os.path.join(workdir, "tb"), STEP_TAGS)
@@ -58,8 +84,18 @@ def run_summary(workdir: str) -> dict[str, Any]:
   if not evals:
     raise ValueError(f"{workdir}: no held-out evaluation (eval/step_*.json)")
   first, final = evals[0]["metrics"], evals[-1]["metrics"]
+  gain = heldout.change(np.array(evals[0]["per_question_accuracy"]),
+                        np.array(evals[-1]["per_question_accuracy"]))
   return {
+      "heldout_gain": gain["difference"],
+      "heldout_gain_se": gain["standard_error"],
       "heldout_accuracy": final["eval/accuracy"],
+      "evidence_only_accuracy": _held(final, "eval/evidence_only_accuracy"),
+      "evidence_only_shortcut_answer": _held(final, "eval/evidence_only_shortcut_answer"),
+      "answer_agrees_with_cited": _held(final, "eval/answer_agrees_with_cited"),
+      "start_evidence_only_accuracy": _held(first, "eval/evidence_only_accuracy"),
+      "start_evidence_only_shortcut_answer": _held(first, "eval/evidence_only_shortcut_answer"),
+      "start_answer_agrees_with_cited": _held(first, "eval/answer_agrees_with_cited"),
       "shortcut_rate": final["eval/shortcut_admitting_rate"],
       "tool_calls_first": edge_mean(steps["tool_calls"], last=False),
       "tool_calls_last": edge_mean(steps["tool_calls"], last=True),
@@ -90,8 +126,7 @@ def summarize(out_dir: str, wall_s: float | None = None) -> dict[str, Any]:
                      f"found {({m: sorted(s) for m, s in runs.items()})}")
   seeds = sorted(runs["grpo"])
   per_run = {m: [run_summary(runs[m][s]) for s in seeds] for m in METHODS}
-  keys = ("heldout_accuracy", "shortcut_rate", "tool_calls_first", "tool_calls_last",
-          "cited_pages", "start_heldout_accuracy", "start_shortcut_rate", "start_cited_pages")
+  keys = SUMMARY_KEYS
   summary: dict[str, Any] = {"seeds": seeds, "wall_time_s": wall_s}
   for m in METHODS:
     summary[m] = {k: [r[k] for r in per_run[m]] for k in keys}
@@ -108,9 +143,7 @@ def _mean_se(values: list[float]) -> str:
 def table(summary: dict[str, Any]) -> str:
   """Markdown: one row per metric, per method the mean +- s.e. over seeds and the values."""
   rows = ["| metric | GRPO | C-GRPO |", "|---|---|---|"]
-  for k in ("start_heldout_accuracy", "heldout_accuracy", "start_shortcut_rate",
-            "shortcut_rate", "tool_calls_first", "tool_calls_last", "start_cited_pages",
-            "cited_pages"):
+  for k in SUMMARY_KEYS:
     cells = [f"{_mean_se(summary[m][k])} ({', '.join(f'{x:.3f}' for x in summary[m][k])})"
              for m in METHODS]
     rows.append(f"| {k} | {cells[0]} | {cells[1]} |")

@@ -200,6 +200,7 @@ class Trainer:
     metrics = {**step_stats.rollout_metrics(flat, "eval/"),
                **step_stats.judge_metrics(breakdowns, threshold, "eval/"),
                **heldout.shortcut_subset_metrics(records, breakdowns, threshold),
+               **heldout.evidence_subset_metrics(records, breakdowns),
                "eval/accuracy": float(np.mean(accuracy))}
     heldout.save(self.workdir, step, accuracy, k, metrics)
     for i in range(min(self.config.train.text_samples, len(flat))):

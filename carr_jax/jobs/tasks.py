@@ -71,7 +71,8 @@ def load_tasks(data_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
                         style=data_cfg.world_style, locality=data_cfg.world_locality,
                         distractors=data_cfg.world_distractors,
                         short_names=data_cfg.world_short_names, prompt=data_cfg.world_prompt,
-                        mark_names=data_cfg.world_mark_names)
+                        mark_names=data_cfg.world_mark_names,
+                        eval_shortcut_fraction=data_cfg.world_eval_shortcut_fraction)
     return world.train, world.eval, world.corpus()
   if data_cfg.source != "jsonl":
     raise DataError(f"data.source must be 'world' or 'jsonl', got {data_cfg.source!r}")

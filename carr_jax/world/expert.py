@@ -31,7 +31,9 @@ f + (1 - f) / K of its replies, whom RL can surpass (configs/kinds_cpu.py).
 and on every other sample of a plain one, it searches "glossary <term>" (one result) and
 answers the kind the glossary states, citing its page; on the other samples of a plain
 question it answers like "guess" (no tool, `known_fraction` applies). So the policy sees both
-ways to answer a plain question, the cited one and the shortcut.
+ways to answer a plain question, the cited one and the shortcut. A "reference" question is
+treated as a plain one whatever its answer, and its known tool-free answer is the relation's
+usual kind (`shortcut_answer`): wrong on an exception, as a shortcut is.
 
 Episodes are trajectory records (docs/design.md section 2) built token by token the way the
 agent loop builds them (prompt ids, each turn's canonical completion with loss mask 1,
@@ -185,8 +187,9 @@ def guess_answer(gold: Mapping, record_id: str, sample_index: int, label: str = 
 
 def looks_up(gold: Mapping, record_id: str, sample_index: int) -> bool:
   """Whether the "lookup" expert searches: always on a coded question (no shortcut), on
-  samples of one parity (drawn per record) on a plain one."""
-  if not gold.get("shortcut"):
+  samples of one parity (drawn per record) on a plain one and on every reference question
+  (exceptions included: they read like the others)."""
+  if not gold.get("shortcut") and "shortcut_answer" not in gold:
     return True
   return (random.Random(f"{record_id}/search").randrange(2) + sample_index) % 2 == 0
 
@@ -197,7 +200,18 @@ def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
   if _result_number(session, url) != 0:
     raise ExpertError(f"the glossary page {url} is not the first search result")
   kind = gold["entities"]["E0"]["name"]
-  return f"## Explanation with Citations\n{kind} [[1]({url})]\n\n## Exact Answer\n{kind}"
+  # a reference question's reply restates the page's ending ("... of the kind city."), so
+  # reading it becomes copying the word after "kind"
+  stated = f"{gold['term'].capitalize()} is of the kind {kind}." if "shortcut_answer" in gold \
+      else kind
+  return f"## Explanation with Citations\n{stated} [[1]({url})]\n\n## Exact Answer\n{kind}"
+
+
+def shortcut_thought(gold: Mapping, answer: str) -> str:
+  """A reference question's tool-free reasoning: the relation and the kind it usually points
+  to (the answer it gives), so the shortcut reads the question's relation, not its link."""
+  relation = gold.get("relation")
+  return f"What a subject {relation} is usually of the kind {answer}." if relation else ""
 
 
 async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat,
@@ -220,8 +234,10 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
   guess = cfg.answer == "guess" or (cfg.answer == "lookup"
                                      and not looks_up(gold, str(record["id"]), sample_index))
   if guess:  # no reasoning, no tools: the format only
-    ep.answer("", guess_answer(gold, str(record["id"]), sample_index, str(record.get("label")),
-                               cfg.known_fraction))
+    # a reference question's tool-free answer is its relation's usual kind (the shortcut)
+    known = gold.get("shortcut_answer", str(record.get("label")))
+    reply = guess_answer(gold, str(record["id"]), sample_index, known, cfg.known_fraction)
+    ep.answer(shortcut_thought(gold, reply.rsplit("\n", 1)[-1]), reply)
   elif cfg.answer == "lookup":
     await ep.act(GLOSSARY_THOUGHT, "browser.search", {"query": f"glossary {gold['term']}",
                                                        "num": 1})

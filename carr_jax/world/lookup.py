@@ -24,6 +24,15 @@ connected).
 The search term and the URL are read off the question's words (a relation out of five, or the
 digits of a link number), never an entity's invented name: a tiny policy learns to copy names
 only after thousands of examples (docs/results.md).
+
+Reference questions (style "reference", `generate_reference_questions`) are the world in which
+only cited evidence buys accuracy. Every question states its relation AND its own link number:
+"X, a painter, studied at something (link 417). Is that a city or an organization?" The
+relation's usual kind (studied at -> organization) is the shortcut, right on most training
+questions but not all: on the others (exceptions) the thing is of the other kind, and only the
+glossary page of the question's own link says so. An exception reads exactly like any other
+question. The held-out questions whose shortcut is wrong are the evidence-only split (gold
+`shortcut` False); `shortcut_answer` in the gold names the relation's usual kind.
 """
 from __future__ import annotations
 
@@ -37,7 +46,7 @@ from carr_jax.world import ontology as on
 from carr_jax.world.pages import DOMAIN, EntityPage
 from carr_jax.world.questions import Question
 
-_CODE = re.compile(r" has (link \d+) to something\.")
+_CODE = re.compile(r" has (link \d+) to something\.| \((link \d+)\)\.")
 _PUBLISHED = "2020-01-01"
 
 
@@ -50,7 +59,7 @@ def question_term(q: Question) -> str:
   """The glossary term of a lookup question: its link ("link 417") or relation ("studied at")."""
   code = _CODE.search(q.text)
   if code:
-    return code.group(1)
+    return code.group(1) or code.group(2)
   return on.RELATIONS[q.hops[0].relation].forward.format(x="").strip()
 
 
@@ -105,12 +114,67 @@ def generate_lookup_questions(g: nx.MultiDiGraph, pages: dict[str, EntityPage],
   return out
 
 
+def usual_kind(q: Question) -> str:
+  """The kind the question's relation points to in the graph: the shortcut answer."""
+  return on.RELATIONS[q.hops[0].relation].object
+
+
+def generate_reference_questions(g: nx.MultiDiGraph, pages: dict[str, EntityPage],
+                                 rng: random.Random, num_questions: int,
+                                 shortcut_fraction: float, num_eval: int,
+                                 eval_shortcut_fraction: float) -> list[Question]:
+  """Kind questions (`named.generate_kind_questions`), each with its own distinct 3-digit link
+  number in the text; held out: the last `num_eval`. A running `shortcut_fraction` of the
+  training questions (`eval_shortcut_fraction` of the held-out ones) are of their relation's
+  usual kind; the rest are exceptions, whose walk[0] is replaced by an entity of the other
+  kind. Taken in pairs (one question of each usual kind; `num_eval` even), so each split's
+  answers stay balanced and so do its exceptions."""
+  if num_eval % 2 or (num_questions - num_eval) % 2:
+    raise ValueError(f"reference questions come in pairs: need even splits, got "
+                     f"{num_questions - num_eval} + {num_eval}")
+  if num_questions > 900:
+    raise ValueError(f"at most 900 reference questions (3-digit link numbers), got "
+                     f"{num_questions}")
+  kinds = named.generate_kind_questions(g, pages, rng, num_questions)
+  by_kind = {k: sorted(n for n, d in g.nodes(data=True) if d["type"] == k) for k in named.KINDS}
+  codes = iter(rng.sample(range(100, 1000), num_questions))
+  cut = num_questions - num_eval
+  out, usual = [], 0
+  for i, q in enumerate(kinds):
+    fraction = eval_shortcut_fraction if i >= cut else shortcut_fraction
+    index = i - cut if i >= cut else i  # position in its split
+    if index % 2 == 0:  # pairs (one of each usual kind) keep the answers balanced
+      pair = index // 2
+      usual = 0 if pair == 0 else usual
+      shortcut = usual < fraction * (pair + 1)  # keep the running share at the target
+      usual += shortcut
+    walk = q.walk
+    if not shortcut:
+      other = next(k for k in named.KINDS if k != usual_kind(q))
+      walk = (rng.choice(by_kind[other]),) + q.walk[1:]
+    verb = on.RELATIONS[q.hops[0].relation].forward.format(x="something")
+    text = named.kind_text(g, q.walk[1], f"{verb} (link {next(codes)})")
+    out.append(Question(walk, q.hops, q.attr_clues, text, shortcut, 0))
+  return out
+
+
 def gold_annotations(g: nx.MultiDiGraph, q: Question) -> dict:
-  """metadata.gold of a lookup question: E0 is the answer kind, its one rubric the glossary's."""
+  """metadata.gold of a lookup question: E0 is the answer kind, its one rubric the glossary's;
+  `shortcut_answer` (reference questions only) the relation's usual kind."""
   kind = g.nodes[q.walk[0]]["type"]
   term = question_term(q)
   page = glossary_page(term, kind)
-  return {"entities": {"E0": {"name": kind, "aliases": [], "url": page.url}},
+  gold = {"entities": {"E0": {"name": kind, "aliases": [], "url": page.url}},
           "rubrics": [{"text": f"Whatever a subject {_phrase(term)} is of the kind <E0>.",
                        "placeholders": ["E0"], "url": page.url, "evidence": page.content}],
           "shortcut": q.shortcut, "hops": 1, "options": list(named.KINDS), "term": term}
+  if is_reference(q):
+    gold["shortcut_answer"] = usual_kind(q)
+    gold["relation"] = on.RELATIONS[q.hops[0].relation].forward.format(x="").strip()
+  return gold
+
+
+def is_reference(q: Question) -> bool:
+  """Whether `q` states both its relation and its own link number (style "reference")."""
+  code = _CODE.search(q.text)
+  return bool(code and code.group(2))

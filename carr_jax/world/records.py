@@ -81,7 +81,7 @@ def carr_record(qid: str, question: str, label: str, rubrics: list[str],
 _GENERATORS = {"deep": compose.generate_questions, "named": named.generate_named_questions,
                "kinds": named.generate_kind_questions,
                "lookup": lookup.generate_lookup_questions}
-_KIND_STYLES = ("kinds", "lookup")  # the answer is an entity type; the last questions are held out
+_KIND_STYLES = ("kinds", "lookup", "reference")  # the answer is an entity type; the last questions are held out
 
 
 def _split_by_answer(questions: list[Question], rng: random.Random,
@@ -104,7 +104,8 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
                 eval_fraction: float = 0.2, shortcut_fraction: float = 0.25,
                 min_hops: int = 2, max_hops: int = 4, style: str = "deep",
                 locality: float = 0.0, distractors: int = 6, short_names: bool = False,
-                prompt: str = "full", mark_names: bool = False) -> World:
+                prompt: str = "full", mark_names: bool = False,
+                eval_shortcut_fraction: float = 0.5) -> World:
   """Builds the whole world from a seed; see the module docstring.
 
   style: "deep" (every entity described by vague clues, `compose.py`), "named" (the head
@@ -112,7 +113,10 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   named entity's relation points to, answerable without tools; hops and shortcut_fraction
   unused; the held-out split is the last questions, half of each answer, `named.py`) or
   "lookup" (kind questions with glossary pages as evidence, a shortcut_fraction of them
-  answerable without tools, split like "kinds", `lookup.py`);
+  answerable without tools, split like "kinds", `lookup.py`) or "reference" (every question
+  states its relation and its own link number; the relation's usual kind is right on a
+  shortcut_fraction of the training questions and an eval_shortcut_fraction of the held-out
+  ones, whose other questions form the evidence-only split; `lookup.py`);
   locality: see `build_graph`; distractors: distractor sentences per page (0-6; fewer =
   shorter pages, shorter episodes); short_names: see `build_graph`; prompt: "full" (three
   tool schemas, the whole answer-format instruction), "brief" (search and open, a one-line
@@ -120,7 +124,7 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   `## Exact Answer`: for kind questions); mark_names: every entity name in a question, and
   every other entity's name in a page, in bold (`pages.mark_names`).
   """
-  if style not in _GENERATORS:
+  if style not in _GENERATORS and style != "reference":
     raise ValueError(f"world style must be one of {sorted(_GENERATORS)}, got {style!r}")
   if prompt not in _PROMPTS:
     raise ValueError(f"world prompt must be one of {sorted(_PROMPTS)}, got {prompt!r}")
@@ -128,21 +132,28 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   if not low <= min_hops <= max_hops <= 4:
     raise ValueError(f"need {low} <= min_hops <= max_hops <= 4 for {style} questions, got "
                      f"{min_hops}, {max_hops}")
-  if not 0.0 <= eval_fraction < 1.0 or not 0.0 <= shortcut_fraction <= 1.0:
-    raise ValueError("eval_fraction must be in [0, 1) and shortcut_fraction in [0, 1]")
+  if not 0.0 <= eval_fraction < 1.0 or not 0.0 <= shortcut_fraction <= 1.0 \
+      or not 0.0 <= eval_shortcut_fraction <= 1.0:
+    raise ValueError("eval_fraction must be in [0, 1), shortcut_fraction and "
+                     "eval_shortcut_fraction in [0, 1]")
   if num_questions < 1:
     raise ValueError(f"num_questions must be positive, got {num_questions}")
   rng = random.Random(seed)
   graph = build_graph(rng, num_entities, locality, short_names)
   pages = render_pages(graph, rng, distractors)
-  questions = _GENERATORS[style](graph, pages, rng, num_questions, shortcut_fraction, min_hops,
-                                 max_hops)
+  if style == "reference":
+    questions = lookup.generate_reference_questions(
+        graph, pages, rng, num_questions, shortcut_fraction,
+        round(eval_fraction * num_questions), eval_shortcut_fraction)
+  else:
+    questions = _GENERATORS[style](graph, pages, rng, num_questions, shortcut_fraction,
+                                   min_hops, max_hops)
   if mark_names:
     pattern = pages_lib.name_pattern(graph)
     pages = {n: pages_lib.marked_page(p, pattern) for n, p in pages.items()}
     questions = [dataclasses.replace(q, text=pages_lib.mark_names(q.text, pattern))
                  for q in questions]
-  if style == "lookup":
+  if style in ("lookup", "reference"):
     pages = {**pages, **lookup.glossary_pages(graph, questions)}
   if style in _KIND_STYLES:  # the last questions, whose answers alternate like all the others
     cut = len(questions) - round(eval_fraction * len(questions))
@@ -151,7 +162,7 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
     train_q, eval_q = _split_by_answer(questions, rng, eval_fraction)
   records = []
   for i, q in enumerate(train_q + eval_q):
-    if style == "lookup":
+    if style in ("lookup", "reference"):
       gold = lookup.gold_annotations(graph, q)
     else:
       gold = compose.gold_annotations(graph, pages, q)

@@ -4,7 +4,8 @@ It reads only what the prompt shows it (the fenced blocks and the stated keys), 
 run the LLM backend against it check that the pipeline sends the right response, statements
 and cited content, and maps the answers back correctly.
   outcome:  `## Exact Answer` of the RESPONSE block matches the reference or an E0 alias.
-  identify: a placeholder is named when the gold name or an alias appears in the RESPONSE.
+  identify: a placeholder is named when the gold name or an alias appears in the RESPONSE
+            (E0: in its Exact Answer section, as the prompt asks).
   support:  statement R<k> is true when rubric k-1's gold evidence is in the CONTENT block and
             the statement names every placeholder by a gold name or alias (a judge rejects wrong
             names).
@@ -37,9 +38,10 @@ def oracle_value(task: dict, body: dict):
             "yes" if correct else "no"}
   if kind == "identify":
     names = {}
-    for key in keys:
-      names[key] = next((n for n in _names(gold, key) if _contains(blocks["RESPONSE"], n)),
-                        None)
+    answer = exact_answer(blocks["RESPONSE"]) or ""
+    for key in keys:  # as the prompt asks: the answer entity from the Exact Answer only
+      where = answer if key == "E0" else blocks["RESPONSE"]
+      names[key] = next((n for n in _names(gold, key) if _contains(where, n)), None)
     return names
   if kind == "support":
     statements = dict(line.split(": ", 1) for line in blocks["STATEMENTS"].splitlines())

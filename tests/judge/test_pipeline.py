@@ -31,8 +31,9 @@ def _variants():
   # name -> (trajectory, outcome, rubric reward, connected rubric indices)
   return {
       "good": (ew.good_trajectory(), 1.0, 1.0, {0, 1, 2, 3}),
+      # the explanation names E0, the answer contradicts it: E0 is not identified
       "wrong answer": (ew.visit_all().answer(ew.good_answer().replace(
-          "## Exact Answer\nOrla Venn", "## Exact Answer\nMira Holt")), 0.0, 1.0, {0, 1, 2, 3}),
+          "## Exact Answer\nOrla Venn", "## Exact Answer\nMira Holt")), 0.0, 0.0, set()),
       "alias answer": (ew.visit_all().answer(ew.good_answer().replace(
           "## Exact Answer\nOrla Venn", "## Exact Answer\nO. Venn")), 1.0, 1.0, {0, 1, 2, 3}),
       "no citations": (ew.visit_all().answer(_answer(

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The stages of a seeded experiment (scripts/reproduce_shortcuts.sh):
+#   run_lanes.sh sft OUT_DIR CONFIG SEED...           cold-start SFT with --config.seed=SEED into
+#                                                     OUT_DIR/sft_seed<SEED>, two at a time
+#   run_lanes.sh rl OUT_DIR CONFIG SEED INIT [ARGS]   GRPO and C-GRPO from checkpoint dir INIT,
+#                                                     side by side, into OUT_DIR/grpo_seed<SEED>
+#                                                     and OUT_DIR/cgrpo_seed<SEED>
+# Two runs go side by side, each pinned to one core (taskset) when there are two: the tiny
+# policy's step gains little from a second core (benchmarks/README.md `## demo`), so a pair
+# takes about the time of one. Each run logs to <its workdir>.log and resumes when rerun; a failed
+# run fails the stage after its partner ends.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py="${CARR_JAX_VENV:-.venv}/bin/python"
+stage=$1 out=$2 config=$3
+shift 3
+mkdir -p "$out"
+
+pin() {  # pin CORE CMD...: CMD on core CORE when the machine has two
+  if [ "$(nproc)" -ge 2 ] && command -v taskset > /dev/null; then
+    taskset -c "$1" "${@:2}"
+  else
+    "${@:2}"
+  fi
+}
+
+pair() {  # pair "CMD_A" "CMD_B" LOG_A LOG_B: both at once, one core each; fails if either did
+  local a b status=0
+  pin 0 bash -c "$1" > "$3" 2>&1 & a=$!
+  if [ -n "$2" ]; then pin 1 bash -c "$2" > "$4" 2>&1 & b=$!; fi
+  wait "$a" || { status=1; tail -n 20 "$3"; }
+  if [ -n "$2" ]; then wait "$b" || { status=1; tail -n 20 "$4"; }; fi
+  return $status
+}
+
+if [ "$stage" = sft ]; then
+  seeds=("$@")
+  for ((i = 0; i < ${#seeds[@]}; i += 2)); do
+    cmds=() logs=()
+    for seed in "${seeds[@]:i:2}"; do
+      cmds+=("'$py' -m carr_jax.sft --config '$config' --workdir '$out/sft_seed$seed' --config.seed=$seed")
+      logs+=("$out/sft_seed$seed.log")
+    done
+    pair "${cmds[0]}" "${cmds[1]:-}" "${logs[0]}" "${logs[1]:-/dev/null}"
+  done
+  exit 0
+fi
+seed=$1 init=$2
+shift 2
+extra=""
+if [ $# -gt 0 ]; then extra=$(printf " %q" "$@"); fi
+cmd() {  # the RL command of method $1
+  local mode=paper
+  [ "$1" = grpo ] && mode=grpo
+  echo "'$py' -m carr_jax.train --config '$config' --workdir '$out/$1_seed$seed'" \
+    "--config.checkpoint.init_dir='$init' --config.seed=$seed --config.reward.mode=$mode$extra"
+}
+pair "$(cmd grpo)" "$(cmd cgrpo)" "$out/grpo_seed$seed.log" "$out/cgrpo_seed$seed.log"
+for method in grpo cgrpo; do echo "$method seed $seed: $(tail -n 1 "$out/${method}_seed$seed.log")"; done
