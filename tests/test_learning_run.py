@@ -1,6 +1,7 @@
 """The real trainer learns: the tool-free kind-question job (configs/kinds_cpu.py) raises
 held-out accuracy with C-GRPO, seeded, through the real CLIs, in ~3 minutes (the main job,
-configs/lookup_cpu.py with the browser tools, takes ~17 and is measured in docs/results.md).
+configs/lookup_cpu.py with the browser tools, takes ~18 and is measured over seeds in
+docs/results.md).
 
 SFT imitates a clean expert, then a noisy one (right on 3/4 of its replies), then C-GRPO runs
 from that policy with the gold judge, the in-process sampler and the jitted step. Measured on
