@@ -44,6 +44,8 @@ def test_gold_names_no_answer_entity_the_answer_does_not_give(make):
   assert b.entities["E0"] is None and b.entities["E1"] == ew.NAMES["E1"]
   assert b.rubric_reward == 0.0 and not any(r.connected for r in b.rubrics)
   assert b.outcome_reward == 0.0
+  # the gold backend itself names no E0: the pipeline's check had nothing to overrule
+  assert not any(GUARD in w for w in b.warnings), b.warnings
 
 
 def test_gold_still_credits_the_full_answer_and_its_alias():
@@ -98,6 +100,24 @@ def test_answer_in_cited_tells_whether_the_answer_is_on_the_cited_pages():
   uncited = ew.visit_all().answer("## Explanation with Citations\nNo sources.\n\n"
                                   "## Exact Answer\nOrla Venn\n")
   assert Judge(GOLD).score_sync(uncited, task).answer_in_cited is None
+
+
+def test_answer_in_cited_is_none_without_an_answer_or_a_received_cited_page():
+  task = ew.example_task()
+  no_answer = Judge(GOLD).score_sync(_no_answer_section(), task)
+  assert no_answer.cited_visited == 3 and no_answer.answer_in_cited is None
+  unseen = ew.visit_all().answer("## Explanation with Citations\nOrla Venn "
+                                 "[[1](https://never.example/)].\n\n## Exact Answer\nOrla Venn\n")
+  b = Judge(GOLD).score_sync(unseen, task)
+  assert (b.cited_urls, b.cited_visited) == (["https://never.example/"], 0)
+  assert b.answer_in_cited is None
+
+
+def test_answer_in_cited_is_in_the_breakdown_not_in_the_release_response():
+  b = Judge(GOLD).score_sync(ew.good_trajectory(), ew.example_task())
+  assert b.to_dict()["answer_in_cited"] is True
+  assert set(b.release_response(0.3)) == {"reward", "outcome_reward", "rubric_reward",
+                                          "rubric_scores"}
 
 
 @pytest.mark.parametrize("name, answer, agrees", [
