@@ -74,9 +74,12 @@ def judge_metrics(breakdowns: Sequence[Any], shortcut_threshold: float,
       f"{prefix}shortcut_rate": float(np.mean(rubric[correct] < shortcut_threshold))
       if correct.any() else 0.0,
       f"{prefix}cited_pages": _mean(len(b.cited_urls) for b in breakdowns),
-      # Of the answers citing received pages: the exact answer is what those pages state.
+      # Of the answers citing received pages (how many: answers_citing_received; 0 when none):
+      # the exact answer is what those pages state.
       f"{prefix}answer_agrees_with_cited": _mean(
           b.answer_in_cited for b in breakdowns if b.answer_in_cited is not None),
+      f"{prefix}answers_citing_received": float(
+          sum(b.answer_in_cited is not None for b in breakdowns)),
       f"{prefix}cited_visited_pages": _mean(b.cited_visited for b in breakdowns),
       f"{prefix}rubrics_identified": _mean(_frac(b, "identified") for b in breakdowns),
       f"{prefix}rubrics_supported": _mean(_frac(b, "supported") for b in breakdowns),
