@@ -81,7 +81,8 @@ def carr_record(qid: str, question: str, label: str, rubrics: list[str],
 _GENERATORS = {"deep": compose.generate_questions, "named": named.generate_named_questions,
                "kinds": named.generate_kind_questions,
                "lookup": lookup.generate_lookup_questions}
-_KIND_STYLES = ("kinds", "lookup", "reference")  # the answer is an entity type; the last questions are held out
+# the answer is an entity type; the last questions are held out
+_KIND_STYLES = ("kinds", "lookup", "reference")
 
 
 def _split_by_answer(questions: list[Question], rng: random.Random,
