@@ -1,16 +1,19 @@
 """The main job's world and the GRPO-vs-C-GRPO comparison's: reference questions.
 
     bash scripts/demo.sh                          # the main job: SFT, then C-GRPO (:main)
-    bash scripts/reproduce_shortcuts.sh [OUT_DIR] # GRPO and C-GRPO from one SFT start, 3 seeds
+    bash scripts/reproduce_shortcuts.sh [OUT_DIR] # per seed: SFT, then GRPO and C-GRPO from it
 
-which run, from the CLIs:
+which run, from the CLIs, for seed k:
 
-    python -m carr_jax.sft --config configs/lookup_cpu.py:sft --workdir OUT/sft
-    python -m carr_jax.train --config configs/lookup_cpu.py --workdir OUT/cgrpo_seed0 \
-        --config.checkpoint.init_dir=OUT/sft/checkpoints --config.seed=0
-    python -m carr_jax.train --config configs/lookup_cpu.py --workdir OUT/grpo_seed0 \
-        --config.checkpoint.init_dir=OUT/sft/checkpoints --config.seed=0 \
+    python -m carr_jax.sft --config configs/lookup_cpu.py:sft --workdir OUT/sft_seedk \
+        --config.seed=k
+    python -m carr_jax.train --config configs/lookup_cpu.py:main --workdir OUT/cgrpo_seedk \
+        --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k
+    python -m carr_jax.train --config configs/lookup_cpu.py:main --workdir OUT/grpo_seedk \
+        --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k \
         --config.reward.mode=grpo
+
+(no variant: the same RL run with held-out avg@2 every 10 steps.)
 
 Reference questions (`data.world_style="reference"`, carr_jax/world/lookup.py) ask the kind
 of the thing a named subject's relation points to, and give each question its own link
