@@ -85,6 +85,14 @@ def _strip_article(text: str) -> str:
   return re.sub(r"^(the|a|an) ", "", text)
 
 
+def _named_by_answer(answer: str | None, names: list[str]) -> str | None:
+  """The first of `names` that the Exact Answer text `answer` states exactly (normalized, a
+  leading article dropped), or None: how the gold backend reads an answer."""
+  target = _strip_article(normalize(answer or ""))
+  return next((n for n in names if target and normalize(n)
+               and _strip_article(normalize(n)) == target), None)
+
+
 class GoldBackend:
   """SYNTHETIC WORLD ONLY: deterministic judgments from `metadata.gold` (see module doc)."""
 
@@ -113,20 +121,17 @@ class GoldBackend:
     if extracted is None:
       return None, False
     accepted = [inp.label] + self._names(gold["entities"].get("E0"))
-    target = _strip_article(normalize(extracted))
-    return extracted, any(_strip_article(normalize(a)) == target for a in accepted
-                          if normalize(a))
+    return extracted, _named_by_answer(extracted, accepted) is not None
 
   async def identify_entities(self, inp, response, ids, usage):
     entities = self._gold(inp)["entities"]
     response_norm = normalize(response)
-    answer = _strip_article(normalize(exact_answer(response) or ""))
+    answer = exact_answer(response)
     names: dict[str, str | None] = {}
     for entity_id in ids:
       candidates = self._names(entities.get(entity_id))
       if entity_id == "E0":  # the answer: read off the Exact Answer, as grade_outcome does
-        names[entity_id] = next((n for n in candidates
-                                 if answer and _strip_article(normalize(n)) == answer), None)
+        names[entity_id] = _named_by_answer(answer, candidates)
       else:
         names[entity_id] = next((n for n in candidates if contains(response_norm, n)), None)
     return names

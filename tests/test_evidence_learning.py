@@ -20,8 +20,6 @@ measure what it does to a policy, in docs/results.md.
 """
 from __future__ import annotations
 
-import asyncio
-
 import jax
 import numpy as np
 import pytest
@@ -32,10 +30,7 @@ from carr_jax.rl import loss as loss_lib
 from carr_jax.rl import packing, rewards
 from carr_jax.rl import train_step as ts
 from carr_jax.world import build_world
-from carr_jax.world.expert import ExpertConfig, expert_trajectories
-from judge import Judge, JudgeConfig
-from rollout import chat
-from tests.test_tokenizer import qwen3_tokenizer
+from tests.test_lookup_world import judged_expert_episodes
 
 CFG = get_preset("tiny_dense")
 QUESTIONS = 4  # groups
@@ -49,16 +44,7 @@ def _groups():
   world = build_world(7, 300, 64, style="reference", min_hops=1, max_hops=1, prompt="brief",
                       eval_fraction=0.25, distractors=0, shortcut_fraction=0.8)
   records = [r for r in world.train if r["metadata"]["gold"]["shortcut"]][:QUESTIONS]
-  fmt = chat.ChatFormat(qwen3_tokenizer())
-
-  async def run():
-    trajs = await expert_trajectories(records, world.corpus_backend(), fmt,
-                                      ExpertConfig(search_results=1, answer="lookup",
-                                                   known_fraction=1.0), samples=2)
-    judge = Judge(JudgeConfig(backend="gold", use_cache=False))
-    return trajs, await judge.score_batch(
-        [(t, r) for t, r in zip(trajs, [r for r in records for _ in range(2)])])
-  trajs, scores = asyncio.run(run())
+  trajs, scores = judged_expert_episodes(world, records)
   pairs = [sorted(trajs[2 * i:2 * i + 2], key=lambda t: -t["num_tool_calls"].get("search", 0))
            for i in range(QUESTIONS)]  # cited first
   judged = {id(t): b for t, b in zip(trajs, scores)}

@@ -75,17 +75,23 @@ def test_glossary_page_ranks_first_and_holds_the_evidence(world):
     assert hit.snippet.endswith(f"of the kind {record['label']}.")
 
 
-def test_expert_cites_or_shortcuts_and_the_judge_tells_them_apart(world):
+def judged_expert_episodes(world, records, samples: int = 2):
+  """The "lookup" expert's episodes (`samples` per record, record by record, its tool-free
+  answer the known one) and their gold-judge Breakdowns, in the same order."""
   fmt = chat.ChatFormat(qwen3_tokenizer())
-  records = world.eval
   cfg = ExpertConfig(search_results=1, answer="lookup", known_fraction=1.0)
 
   async def run():
-    trajs = await expert_trajectories(records, world.corpus_backend(), fmt, cfg, samples=2)
+    trajs = await expert_trajectories(records, world.corpus_backend(), fmt, cfg, samples)
     judge = Judge(JudgeConfig(backend="gold", use_cache=False))
-    pairs = [(t, r) for t, r in zip(trajs, [r for r in records for _ in range(2)])]
-    return trajs, await judge.score_batch(pairs)
-  trajs, scores = asyncio.run(run())
+    return trajs, await judge.score_batch(
+        list(zip(trajs, [r for r in records for _ in range(samples)])))
+  return asyncio.run(run())
+
+
+def test_expert_cites_or_shortcuts_and_the_judge_tells_them_apart(world):
+  records = world.eval
+  trajs, scores = judged_expert_episodes(world, records)
   for i, record in enumerate(records):
     searched = [trajs[2 * i + k]["num_tool_calls"].get("search", 0) for k in range(2)]
     if _gold(record)["shortcut"]:

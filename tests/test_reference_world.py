@@ -22,10 +22,8 @@ import pytest
 from carr_jax.evaluation import heldout
 from carr_jax.world import build_world, lookup, named
 from carr_jax.world import ontology as on
-from carr_jax.world.expert import ExpertConfig, expert_trajectories
 from judge import Judge, JudgeConfig
-from rollout import chat
-from tests.test_tokenizer import qwen3_tokenizer
+from tests.test_lookup_world import judged_expert_episodes
 
 _TEXT = re.compile(r", an? [a-z ]+, (?P<verb>[a-z ]+) something \(link (?P<code>\d+)\)\. Is that "
                    r"a city or an organization\? Answer with one word\.$")
@@ -87,24 +85,17 @@ def test_gold_judge_pays_the_page_not_the_shortcut(world):
   """Expert episodes on the held-out split: the cited sample is right and fully credited, the
   tool-free sample answers the relation's usual kind, right exactly off the evidence-only
   split. A reply citing the received page but answering the shortcut earns nothing."""
-  fmt = chat.ChatFormat(qwen3_tokenizer())
   records = world.eval
-  cfg = ExpertConfig(search_results=1, answer="lookup", known_fraction=1.0)
-
-  async def run():
-    trajs = await expert_trajectories(records, world.corpus_backend(), fmt, cfg, samples=2)
-    judge = Judge(JudgeConfig(backend="gold", use_cache=False))
-    contradicted = []
-    for t, r in zip(trajs[::2] + trajs[1::2], records + records):
-      if t["num_tool_calls"].get("search") and not _gold(r)["shortcut"]:
-        history = [dict(m) for m in t["history"]]
-        history[-1]["content"] = history[-1]["content"].replace(
-            f"## Exact Answer\n{r['label']}", f"## Exact Answer\n{_gold(r)['shortcut_answer']}")
-        contradicted.append(({**t, "history": history}, r))
-    scores = await judge.score_batch(
-        [(t, r) for t, r in zip(trajs, [r for r in records for _ in range(2)])])
-    return trajs, scores, contradicted, await judge.score_batch(contradicted)
-  trajs, scores, contradicted, contra_scores = asyncio.run(run())
+  trajs, scores = judged_expert_episodes(world, records)
+  contradicted = []
+  for t, r in zip(trajs[::2] + trajs[1::2], records + records):
+    if t["num_tool_calls"].get("search") and not _gold(r)["shortcut"]:
+      history = [dict(m) for m in t["history"]]
+      history[-1]["content"] = history[-1]["content"].replace(
+          f"## Exact Answer\n{r['label']}", f"## Exact Answer\n{_gold(r)['shortcut_answer']}")
+      contradicted.append(({**t, "history": history}, r))
+  contra_scores = asyncio.run(
+      Judge(JudgeConfig(backend="gold", use_cache=False)).score_batch(contradicted))
   for i, record in enumerate(records):
     for k in range(2):
       b, searched = scores[2 * i + k], trajs[2 * i + k]["num_tool_calls"].get("search", 0)

@@ -81,8 +81,10 @@ def carr_record(qid: str, question: str, label: str, rubrics: list[str],
 _GENERATORS = {"deep": compose.generate_questions, "named": named.generate_named_questions,
                "kinds": named.generate_kind_questions,
                "lookup": lookup.generate_lookup_questions}
+_STYLES = (*_GENERATORS, "reference")  # reference: its own generator (it knows the split)
+_GLOSSARY_STYLES = ("lookup", "reference")  # glossary pages are the evidence (lookup.py)
 # the answer is an entity type; the last questions are held out
-_KIND_STYLES = ("kinds", "lookup", "reference")
+_KIND_STYLES = ("kinds", *_GLOSSARY_STYLES)
 
 
 def _split_by_answer(questions: list[Question], rng: random.Random,
@@ -125,8 +127,8 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   `## Exact Answer`: for kind questions); mark_names: every entity name in a question, and
   every other entity's name in a page, in bold (`pages.mark_names`).
   """
-  if style not in _GENERATORS and style != "reference":
-    raise ValueError(f"world style must be one of {sorted(_GENERATORS)}, got {style!r}")
+  if style not in _STYLES:
+    raise ValueError(f"world style must be one of {sorted(_STYLES)}, got {style!r}")
   if prompt not in _PROMPTS:
     raise ValueError(f"world prompt must be one of {sorted(_PROMPTS)}, got {prompt!r}")
   low = 2 if style == "deep" else 1
@@ -154,7 +156,7 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
     pages = {n: pages_lib.marked_page(p, pattern) for n, p in pages.items()}
     questions = [dataclasses.replace(q, text=pages_lib.mark_names(q.text, pattern))
                  for q in questions]
-  if style in ("lookup", "reference"):
+  if style in _GLOSSARY_STYLES:
     pages = {**pages, **lookup.glossary_pages(graph, questions)}
   if style in _KIND_STYLES:  # the last questions, whose answers alternate like all the others
     cut = len(questions) - round(eval_fraction * len(questions))
@@ -163,7 +165,7 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
     train_q, eval_q = _split_by_answer(questions, rng, eval_fraction)
   records = []
   for i, q in enumerate(train_q + eval_q):
-    if style in ("lookup", "reference"):
+    if style in _GLOSSARY_STYLES:
       gold = lookup.gold_annotations(graph, q)
     else:
       gold = compose.gold_annotations(graph, pages, q)
