@@ -85,7 +85,7 @@ def _strip_article(text: str) -> str:
   return re.sub(r"^(the|a|an) ", "", text)
 
 
-def _named_by_answer(answer: str | None, names: list[str]) -> str | None:
+def named_by_answer(answer: str | None, names: list[str]) -> str | None:
   """The first of `names` that the Exact Answer text `answer` states exactly (normalized, a
   leading article dropped), or None: how the gold backend reads an answer."""
   target = _strip_article(normalize(answer or ""))
@@ -121,7 +121,7 @@ class GoldBackend:
     if extracted is None:
       return None, False
     accepted = [inp.label] + self._names(gold["entities"].get("E0"))
-    return extracted, _named_by_answer(extracted, accepted) is not None
+    return extracted, named_by_answer(extracted, accepted) is not None
 
   async def identify_entities(self, inp, response, ids, usage):
     entities = self._gold(inp)["entities"]
@@ -131,7 +131,7 @@ class GoldBackend:
     for entity_id in ids:
       candidates = self._names(entities.get(entity_id))
       if entity_id == "E0":  # the answer: read off the Exact Answer, as grade_outcome does
-        names[entity_id] = _named_by_answer(answer, candidates)
+        names[entity_id] = named_by_answer(answer, candidates)
       else:
         names[entity_id] = next((n for n in candidates if contains(response_norm, n)), None)
     return names

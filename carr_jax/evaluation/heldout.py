@@ -20,6 +20,7 @@ import numpy as np
 from carr_common.vocab import is_correct
 from carr_jax.rl import step_stats
 from carr_jax.runs import metrics as metrics_lib
+from judge.backends import named_by_answer
 
 
 def per_question_accuracy(breakdowns: Sequence[Any], num_questions: int) -> np.ndarray:
@@ -51,7 +52,8 @@ def evidence_subset_metrics(records: Sequence[dict], breakdowns: Sequence[Any],
   which only the evidence answers ("reference" world: the relation's usual kind is wrong).
 
   evidence_only_shortcut_answer: the share of their samples whose exact answer is the gold
-  `shortcut_answer` (the relation's usual kind; 0 where the gold has none). With accuracy it
+  `shortcut_answer` (the relation's usual kind; 0 where the gold has none), read as the gold
+  judge reads an answer. With accuracy it
   tells reading from the shortcut: right answers there come from the page, never from the
   relation, and a policy that ignored the page would score this instead.
   """
@@ -61,16 +63,12 @@ def evidence_subset_metrics(records: Sequence[dict], breakdowns: Sequence[Any],
             if k and not golds[i // k].get("shortcut")]
   if not chosen:
     return {f"{prefix}evidence_only_questions": 0.0}
-  usual = [_normalized(b.extracted_answer) == _normalized(g.get("shortcut_answer"))
-           and g.get("shortcut_answer") is not None for b, g in chosen]
+  usual = [named_by_answer(b.extracted_answer, [g["shortcut_answer"]]) is not None
+           if g.get("shortcut_answer") else False for b, g in chosen]
   return {f"{prefix}evidence_only_questions": float(len(chosen) // k),
           f"{prefix}evidence_only_accuracy":
               float(np.mean([is_correct(b.outcome_reward) for b, _ in chosen])),
           f"{prefix}evidence_only_shortcut_answer": float(np.mean(usual))}
-
-
-def _normalized(text: str | None) -> str:
-  return " ".join((text or "").casefold().split())
 
 
 def change(start: np.ndarray, end: np.ndarray) -> dict:
