@@ -17,8 +17,8 @@ which run, from the CLIs, for seed k:
 
 Reference questions (`data.world_style="reference"`, carr_jax/world/lookup.py) ask the kind
 of the thing a named subject's relation points to, and give each question its own link
-number: "X, a painter, studied at something (link 417). Is that a city or an organization?"
-The relation's usual kind is a shortcut, right on 80% of the training questions
+number: "X, a painter, studied at something (glossary link 417). Is that a city or an organization?"
+The relation's usual kind is a shortcut, right on 90% of the training questions
 (`data.world_shortcut_fraction`) and on half of the held-out ones
 (`data.world_eval_shortcut_fraction`); on the others only the glossary page of the
 question's own link tells the answer (the evidence-only split). The prompt offers
@@ -44,7 +44,7 @@ def lookup_world(c) -> None:
   c.data.world_entities = 400
   c.data.world_questions = 400
   c.data.world_eval_fraction = 0.25  # 100 held out, 50 of them evidence-only
-  c.data.world_shortcut_fraction = 0.8
+  c.data.world_shortcut_fraction = 0.9
   c.data.world_eval_shortcut_fraction = 0.5
   c.data.world_min_hops = 1
   c.data.world_max_hops = 1

@@ -11,7 +11,8 @@ of questions whose right option is the likelier (greedy accuracy between the two
 mean P(first option | one of the two) on each relation. A policy that ignores the question
 gives the same number on every relation.
 
-On lookup and reference worlds it feeds instead the "lookup" expert's episodes up to the first
+On lookup and reference worlds it first prints how well the policy copies the link number
+into its query (teacher-forced on the expert's searched episode), then feeds instead the "lookup" expert's episodes up to the first
 answer word of the final reply (its reasoning included): the tool-free one (does the policy
 read the relation?) and the searched one (the question, the glossary search, the page it
 returned: does it read the page it received?). It also splits the questions by the gold
@@ -55,10 +56,9 @@ def probe_inputs(fmt: chat.ChatFormat, records: list[dict]) -> tuple[np.ndarray,
   return tokens, np.array([len(s) for s in seqs], np.int32)
 
 
-def expert_inputs(fmt: chat.ChatFormat, records: list[dict], backend, option_ids: list[int],
-                  searched: bool) -> tuple[np.ndarray, np.ndarray]:
-  """Like `probe_inputs`, each row the "lookup" expert's searched (or tool-free) episode cut
-  before its final reply's first option token."""
+def expert_episodes(fmt: chat.ChatFormat, records: list[dict], backend,
+                    searched: bool) -> list[dict]:
+  """The "lookup" expert's searched (or tool-free) episode of each record."""
   import asyncio
   cfg = ExpertConfig(search_results=1, answer="lookup", known_fraction=1.0)
 
@@ -69,15 +69,46 @@ def expert_inputs(fmt: chat.ChatFormat, records: list[dict], backend, option_ids
                if looks_up(r["metadata"]["gold"], str(r["id"]), k) == searched)
       out.append(await expert_episode(r, backend, fmt, cfg, k))
     return out
-  seqs = []
-  for ep in asyncio.run(episodes()):
-    ids, mask = ep["token_ids"], ep["loss_mask"]
-    last = max(i for i, m in enumerate(mask) if not m) + 1  # the final reply's first token
-    seqs.append(ids[:next(i for i in range(last, len(ids)) if ids[i] in option_ids)])
+  return asyncio.run(episodes())
+
+
+def right_padded(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+  """([N, T] right-padded token ids, [N] lengths)."""
   tokens = np.zeros((len(seqs), max(map(len, seqs))), np.int32)
   for i, seq in enumerate(seqs):
     tokens[i, :len(seq)] = seq
   return tokens, np.array([len(seq) for seq in seqs], np.int32)
+
+
+def expert_inputs(fmt: chat.ChatFormat, records: list[dict], backend, option_ids: list[int],
+                  searched: bool) -> tuple[np.ndarray, np.ndarray]:
+  """Like `probe_inputs`, each row the "lookup" expert's searched (or tool-free) episode cut
+  before its final reply's first option token."""
+  seqs = []
+  for ep in expert_episodes(fmt, records, backend, searched):
+    ids, mask = ep["token_ids"], ep["loss_mask"]
+    last = max(i for i, m in enumerate(mask) if not m) + 1  # the final reply's first token
+    seqs.append(ids[:next(i for i in range(last, len(ids)) if ids[i] in option_ids)])
+  return right_padded(seqs)
+
+
+def query_copy_inputs(fmt: chat.ChatFormat, records: list[dict], backend
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The searched expert episodes cut before each digit of the link number in the query.
+
+  Returns ([N*D, T] token ids, [N*D] lengths, [N*D] the digit token that comes next), where
+  D is the link's digit count: the rows of question i ask for its link's digits in order.
+  """
+  digit_ids = {fmt.encode(str(d))[0] for d in range(10)}
+  seqs, targets = [], []
+  for ep in expert_episodes(fmt, records, backend, True):
+    ids, mask = ep["token_ids"], ep["loss_mask"]
+    i = next(i for i in range(mask.index(1), len(ids)) if ids[i] in digit_ids)
+    while ids[i] in digit_ids:  # the query's number, digit by digit
+      seqs.append(ids[:i])
+      targets.append(ids[i])
+      i += 1
+  return (*right_padded(seqs), np.array(targets, np.int32))
 
 
 def option_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray,
@@ -93,6 +124,29 @@ def option_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray,
                                decode.init_cache(cfg, t.shape[0], t.shape[1]))  # [B, V']
     out.append(np.asarray(jax.nn.softmax(logits, axis=-1)[:, columns], np.float64))
   return np.concatenate(out)
+
+
+def next_token_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray,
+                     targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """([M] next-token probability of each row's target, [M] whether it is the likeliest)."""
+  columns, _ = model_lib.output_positions(cfg, jnp.asarray(targets))  # [M]
+  p, top = [], []
+  for b in range(0, len(tokens), 32):
+    t = jnp.asarray(tokens[b:b + 32])  # [B, T]
+    logits, _ = decode.prefill(params, cfg, t, jnp.asarray(lengths[b:b + 32]),
+                               decode.init_cache(cfg, t.shape[0], t.shape[1]))  # [B, V']
+    cols = columns[b:b + 32]
+    p.append(np.asarray(jax.nn.softmax(logits, -1)[jnp.arange(t.shape[0]), cols], np.float64))
+    top.append(np.asarray(jnp.argmax(logits, -1) == cols))
+  return np.concatenate(p), np.concatenate(top)
+
+
+def print_query_copy(params, cfg, name: str, tokens, lengths, targets, n: int) -> None:
+  """The teacher-forced copy of the link into the query: P(every digit) and greedy exact."""
+  p, top = next_token_probs(params, cfg, tokens, lengths, targets)  # [N*D] each
+  p, top = p.reshape(n, -1), top.reshape(n, -1)  # [N, D]
+  print(f"query copy: {name}: P(link digits) {p.prod(1).mean():.4f} | greedy exact "
+        f"{top.all(1).mean():.3f} | P(digit k) {np.round(p.mean(0), 3).tolist()} | n={n}")
 
 
 def relation_of(record: dict) -> str:
@@ -117,6 +171,10 @@ def _probe(args: argparse.Namespace) -> None:
     inputs = {f"{name}: ": expert_inputs(fmt, records, backend, [i[0] for i in option_ids],
                                          searched)
               for name, searched in (("tool-free", False), ("searched", True))}
+    copy_inputs = query_copy_inputs(fmt, records, backend)
+    for checkpoint in args.checkpoint:
+      print_query_copy(policy_params(config, cfg, checkpoint)[0], cfg, checkpoint,
+                       *copy_inputs, len(records))
   right = np.array([options.index(r["label"]) for r in records])  # [N]
   golds = [r["metadata"]["gold"] for r in records]
   evidence_only = np.array([not g.get("shortcut", True) for g in golds])  # [N]

@@ -25,8 +25,8 @@ from carr_jax.world import ontology as on
 from judge import Judge, JudgeConfig
 from tests.test_lookup_world import judged_expert_episodes
 
-_TEXT = re.compile(r", an? [a-z ]+, (?P<verb>[a-z ]+) something \(link (?P<code>\d+)\)\. Is that "
-                   r"a city or an organization\? Answer with one word\.$")
+_TEXT = re.compile(r", an? [a-z ]+, (?P<verb>[a-z ]+) something \(glossary link (?P<code>\d+)\)\. "
+                   r"Is that a city or an organization\? Answer with one word\.$")
 
 
 @pytest.fixture(scope="module")
