@@ -17,8 +17,8 @@ which run, from the CLIs, for seed k:
 
 Reference questions (`data.world_style="reference"`, carr_jax/world/lookup.py) ask the kind
 of the thing a named subject's relation points to, and give each question its own link
-number: "X, a painter, studied at something (glossary link 417). Is that a city or an organization?"
-The relation's usual kind is a shortcut, right on 90% of the training questions
+number: "X, a painter, studied at something (link 417). Is that a city or an organization?"
+The relation's usual kind is a shortcut, right on 80% of the training questions
 (`data.world_shortcut_fraction`) and on half of the held-out ones
 (`data.world_eval_shortcut_fraction`); on the others only the glossary page of the
 question's own link tells the answer (the evidence-only split). The prompt offers
@@ -28,7 +28,9 @@ is the kind it states.
 
 The cold start (`:sft`) imitates the "lookup" expert: on one of a question's two samples it
 searches and answers what the page says, citing it; on the other it answers the relation's
-usual kind without a tool (the shortcut, wrong on exceptions). RL then decides between
+usual kind without a tool (the shortcut, wrong on exceptions). Copying the question's link
+into the query is learned as a sudden transition at a seed-dependent SFT step (before 400 on
+two of five seeds measured, by 600 on two more), hence 600 steps. RL then decides between
 the two: the outcome reward pays the search only on exceptions, C-GRPO's rubric term pays
 it on every right answer. Measured results, over seeds: docs/results.md.
 """
@@ -41,10 +43,10 @@ def lookup_world(c) -> None:
   c.model.output_vocab = "world"
   c.judge.backend = "gold"  # the synthetic world's own answers; no API key
   c.data.world_style = "reference"
-  c.data.world_entities = 800
-  c.data.world_questions = 800  # 700 links to copy in training: too many to memorize
-  c.data.world_eval_fraction = 0.125  # 100 held out, 50 of them evidence-only
-  c.data.world_shortcut_fraction = 0.9
+  c.data.world_entities = 400
+  c.data.world_questions = 400
+  c.data.world_eval_fraction = 0.25  # 100 held out, 50 of them evidence-only
+  c.data.world_shortcut_fraction = 0.8
   c.data.world_eval_shortcut_fraction = 0.5
   c.data.world_min_hops = 1
   c.data.world_max_hops = 1
@@ -73,7 +75,7 @@ def get_config(arg=None):
     c.sft.expert_known_fraction = 1.0  # the shortcut answers the relation's usual kind
     c.sft.batch_size = 16
     c.sft.epochs = 20
-    c.sft.num_steps = 600  # the copy of the link is learned between steps ~250 and ~500
+    c.sft.num_steps = 600  # the link copy is learned at a seed-dependent step, 250 to 600+
     c.optim.learning_rate = 3e-3
     c.optim.warmup_steps = 5
     c.checkpoint.every = 50

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import importlib.util
+import pathlib
 import re
 
 import pytest
@@ -23,10 +25,12 @@ from carr_jax.evaluation import heldout
 from carr_jax.world import build_world, lookup, named
 from carr_jax.world import ontology as on
 from judge import Judge, JudgeConfig
+from rollout import chat
 from tests.test_lookup_world import judged_expert_episodes
+from tests.test_tokenizer import qwen3_tokenizer
 
-_TEXT = re.compile(r", an? [a-z ]+, (?P<verb>[a-z ]+) something \(glossary link (?P<code>\d+)\)\. "
-                   r"Is that a city or an organization\? Answer with one word\.$")
+_TEXT = re.compile(r", an? [a-z ]+, (?P<verb>[a-z ]+) something \(link (?P<code>\d+)\)\. Is that "
+                   r"a city or an organization\? Answer with one word\.$")
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +124,22 @@ def test_reference_world_refuses_odd_splits():
   with pytest.raises(ValueError, match="pairs"):
     build_world(5, 300, 130, style="reference", min_hops=1, max_hops=1, eval_fraction=0.3,
                 distractors=0)  # 39 held out
+
+
+def test_the_copy_probe_asks_for_the_link_digits_in_order(world):
+  """scripts/kind_probe.py's query-copy rows: the searched expert episode cut before each
+  digit of the link in its query, that digit the target."""
+  spec = importlib.util.spec_from_file_location(
+      "kind_probe", pathlib.Path(__file__).parent.parent / "scripts" / "kind_probe.py")
+  probe = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(probe)
+  fmt = chat.ChatFormat(qwen3_tokenizer())
+  records = world.eval[:6]
+  tokens, lengths, targets = probe.query_copy_inputs(fmt, records, world.corpus_backend())
+  assert len(tokens) == len(lengths) == len(targets) == 3 * len(records)
+  for i, record in enumerate(records):
+    rows = range(3 * i, 3 * i + 3)
+    assert fmt.tokenizer.decode(targets[3 * i:3 * i + 3]) == _gold(record)["term"].split()[1]
+    for k, row in enumerate(rows):
+      prefix = fmt.tokenizer.decode(tokens[row][:lengths[row]])
+      assert prefix.endswith('"query": "glossary link ' + _gold(record)["term"][5:5 + k])

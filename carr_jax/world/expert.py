@@ -208,21 +208,10 @@ def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
 
 
 def shortcut_thought(gold: Mapping, answer: str) -> str:
-  """A reference question's tool-free reasoning: the link it skips, then the relation and the
-  kind it usually points to (the answer it gives), so the shortcut reads the relation."""
+  """A reference question's tool-free reasoning: the relation and the kind it usually points
+  to (the answer it gives), so the shortcut reads the question's relation, not its link."""
   relation = gold.get("relation")
-  return (f"Skip glossary {gold['term']}: what a subject {relation} is usually of the kind "
-          f"{answer}.") if relation else ""
-
-
-def glossary_thought(gold: Mapping) -> str:
-  """The reasoning before the glossary search; a reference question's names its link.
-
-  Both of a reference question's thoughts copy its link ("glossary link 517") from the
-  question, so the cold start practises that copy three times per question pair, not once
-  (in the query only): with it in the query alone, whether the copy was learned by SFT step
-  400 varied with the seed."""
-  return f"Check glossary {gold['term']}." if "shortcut_answer" in gold else GLOSSARY_THOUGHT
+  return f"What a subject {relation} is usually of the kind {answer}." if relation else ""
 
 
 async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat,
@@ -250,8 +239,8 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
     reply = guess_answer(gold, str(record["id"]), sample_index, known, cfg.known_fraction)
     ep.answer(shortcut_thought(gold, reply.rsplit("\n", 1)[-1]), reply)
   elif cfg.answer == "lookup":
-    await ep.act(glossary_thought(gold), "browser.search",
-                 {"query": f"glossary {gold['term']}", "num": 1})
+    await ep.act(GLOSSARY_THOUGHT, "browser.search", {"query": f"glossary {gold['term']}",
+                                                       "num": 1})
     ep.answer("", cited_kind_answer(gold, ep.session))
   else:
     chain = [gold["entities"][f"E{i}"] for i in range(gold["hops"], -1, -1)]  # head first

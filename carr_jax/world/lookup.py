@@ -27,7 +27,7 @@ only after thousands of examples (docs/results.md).
 
 Reference questions (style "reference", `generate_reference_questions`) are the world in which
 only cited evidence buys accuracy. Every question states its relation AND its own link number:
-"X, a painter, studied at something (glossary link 417). Is that a city or an organization?" The
+"X, a painter, studied at something (link 417). Is that a city or an organization?" The
 relation's usual kind (studied at -> organization) is the shortcut, right on most training
 questions but not all: on the others (exceptions) the thing is of the other kind, and only the
 glossary page of the question's own link says so. An exception reads exactly like any other
@@ -46,7 +46,7 @@ from carr_jax.world import ontology as on
 from carr_jax.world.pages import DOMAIN, EntityPage
 from carr_jax.world.questions import Question
 
-_CODE = re.compile(r" has (link \d+) to something\.| \(glossary (link \d+)\)\.")
+_CODE = re.compile(r" has (link \d+) to something\.| \((link \d+)\)\.")
 _PUBLISHED = "2020-01-01"
 
 
@@ -153,7 +153,7 @@ def generate_reference_questions(g: nx.MultiDiGraph, pages: dict[str, EntityPage
       other = next(k for k in named.KINDS if k != usual_kind(q))
       walk = (rng.choice(by_kind[other]),) + q.walk[1:]
     verb = on.RELATIONS[q.hops[0].relation].forward.format(x="something")
-    text = named.kind_text(g, q.walk[1], f"{verb} (glossary link {next(codes)})")
+    text = named.kind_text(g, q.walk[1], f"{verb} (link {next(codes)})")
     out.append(Question(walk, q.hops, q.attr_clues, text, shortcut, 0))
   return out
 
