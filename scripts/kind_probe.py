@@ -12,9 +12,10 @@ mean P(first option | one of the two) on each relation. A policy that ignores th
 gives the same number on every relation.
 
 On lookup and reference worlds it first prints how well the policy copies the link number
-into its query (teacher-forced on the expert's searched episode), then feeds instead the "lookup" expert's episodes up to the first
-answer word of the final reply (its reasoning included): the tool-free one (does the policy
-read the relation?) and the searched one (the question, the glossary search, the page it
+into its query (the expert's searched episode, teacher-forced up to each digit: P(all
+digits) and the share copied greedily), then feeds instead the "lookup" expert's episodes up
+to the first answer word of the final reply (its reasoning included): the tool-free one (does
+the policy read the relation?) and the searched one (the question, the glossary search, the page it
 returned: does it read the page it received?). It also splits the questions by the gold
 `shortcut` flag: on the evidence-only ones (the relation's usual kind is wrong) it prints
 P(right), what the page says, beside P(shortcut answer), what the relation says.
@@ -111,34 +112,32 @@ def query_copy_inputs(fmt: chat.ChatFormat, records: list[dict], backend
   return (*right_padded(seqs), np.array(targets, np.int32))
 
 
+def next_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+  """[N, V'] next-token distribution (over the output vocabulary) after each row's end."""
+  out = []
+  for b in range(0, len(tokens), 32):
+    t = jnp.asarray(tokens[b:b + 32])  # [B, T]
+    logits, _ = decode.prefill(params, cfg, t, jnp.asarray(lengths[b:b + 32]),
+                               decode.init_cache(cfg, t.shape[0], t.shape[1]))  # [B, V']
+    out.append(np.asarray(jax.nn.softmax(logits, axis=-1), np.float64))
+  return np.concatenate(out)
+
+
 def option_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray,
                  option_ids: list[int]) -> np.ndarray:
   """[N, K] next-token probability of each option's (single) token after each row's end."""
   columns, known = model_lib.output_positions(cfg, jnp.asarray(option_ids))  # [K]
   if not bool(known.all()):
     raise ValueError(f"option ids {option_ids} are not all in the policy's output vocabulary")
-  out = []
-  for b in range(0, len(tokens), 32):
-    t = jnp.asarray(tokens[b:b + 32])  # [B, T]
-    logits, _ = decode.prefill(params, cfg, t, jnp.asarray(lengths[b:b + 32]),
-                               decode.init_cache(cfg, t.shape[0], t.shape[1]))  # [B, V']
-    out.append(np.asarray(jax.nn.softmax(logits, axis=-1)[:, columns], np.float64))
-  return np.concatenate(out)
+  return next_probs(params, cfg, tokens, lengths)[:, np.asarray(columns)]
 
 
 def next_token_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray,
                      targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """([M] next-token probability of each row's target, [M] whether it is the likeliest)."""
-  columns, _ = model_lib.output_positions(cfg, jnp.asarray(targets))  # [M]
-  p, top = [], []
-  for b in range(0, len(tokens), 32):
-    t = jnp.asarray(tokens[b:b + 32])  # [B, T]
-    logits, _ = decode.prefill(params, cfg, t, jnp.asarray(lengths[b:b + 32]),
-                               decode.init_cache(cfg, t.shape[0], t.shape[1]))  # [B, V']
-    cols = columns[b:b + 32]
-    p.append(np.asarray(jax.nn.softmax(logits, -1)[jnp.arange(t.shape[0]), cols], np.float64))
-    top.append(np.asarray(jnp.argmax(logits, -1) == cols))
-  return np.concatenate(p), np.concatenate(top)
+  columns = np.asarray(model_lib.output_positions(cfg, jnp.asarray(targets))[0])  # [M]
+  p = next_probs(params, cfg, tokens, lengths)  # [M, V']
+  return p[np.arange(len(p)), columns], p.argmax(1) == columns
 
 
 def print_query_copy(params, cfg, name: str, tokens, lengths, targets, n: int) -> None:
