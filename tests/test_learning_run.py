@@ -1,6 +1,6 @@
 """The real trainer learns: the tool-free kind-question job (configs/kinds_cpu.py) raises
 held-out accuracy with C-GRPO, seeded, through the real CLIs, in ~3 minutes (the main job,
-configs/lookup_cpu.py with the browser tools, takes ~18 and is measured over seeds in
+configs/lookup_cpu.py with the browser tools, takes ~20 and is measured over seeds in
 docs/results.md).
 
 SFT imitates a clean expert, then a noisy one (right on 3/4 of its replies), then C-GRPO runs
