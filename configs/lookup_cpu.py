@@ -30,7 +30,7 @@ The cold start (`:sft`) imitates the "lookup" expert: on one of a question's two
 searches and answers what the page says, citing it; on the other it answers the relation's
 usual kind without a tool (the shortcut, wrong on exceptions). Copying the question's link
 into the query is learned as a sudden transition at a seed-dependent SFT step (before 400 on
-two of five seeds measured, by 600 on two more), hence 600 steps. RL then decides between
+two of five seeds measured, by 600 on the other three), hence 600 steps. RL then decides between
 the two: the outcome reward pays the search only on exceptions, C-GRPO's rubric term pays
 it on every right answer. Measured results, over seeds: docs/results.md.
 """
