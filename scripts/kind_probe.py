@@ -24,7 +24,6 @@ Results: docs/results.md.
 from __future__ import annotations
 
 import argparse
-import itertools
 import pathlib
 import re
 import sys
@@ -81,28 +80,27 @@ def right_padded(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
   return tokens, np.array([len(seq) for seq in seqs], np.int32)
 
 
-def expert_inputs(fmt: chat.ChatFormat, records: list[dict], backend, option_ids: list[int],
-                  searched: bool) -> tuple[np.ndarray, np.ndarray]:
-  """Like `probe_inputs`, each row the "lookup" expert's searched (or tool-free) episode cut
-  before its final reply's first option token."""
+def expert_inputs(episodes: list[dict], option_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+  """Like `probe_inputs`, each row one of the expert's `episodes` cut before its final reply's
+  first option token."""
   seqs = []
-  for ep in expert_episodes(fmt, records, backend, searched):
+  for ep in episodes:
     ids, mask = ep["token_ids"], ep["loss_mask"]
     last = max(i for i, m in enumerate(mask) if not m) + 1  # the final reply's first token
     seqs.append(ids[:next(i for i in range(last, len(ids)) if ids[i] in option_ids)])
   return right_padded(seqs)
 
 
-def query_copy_inputs(fmt: chat.ChatFormat, records: list[dict], backend
+def query_copy_inputs(fmt: chat.ChatFormat, searched: list[dict]
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The searched expert episodes cut before each digit of the link number in the query.
+  """The `searched` expert episodes cut before each digit of the link number in the query.
 
   Returns ([N*D, T] token ids, [N*D] lengths, [N*D] the digit token that comes next), where
   D is the link's digit count: the rows of question i ask for its link's digits in order.
   """
   digit_ids = {fmt.encode(str(d))[0] for d in range(10)}
   seqs, targets = [], []
-  for ep in expert_episodes(fmt, records, backend, True):
+  for ep in searched:
     ids, mask = ep["token_ids"], ep["loss_mask"]
     i = next(i for i in range(mask.index(1), len(ids)) if ids[i] in digit_ids)
     while ids[i] in digit_ids:  # the query's number, digit by digit
@@ -163,40 +161,49 @@ def _probe(args: argparse.Namespace) -> None:
   option_ids = [fmt.encode(o) for o in options]
   if any(len(ids) != 1 for ids in option_ids):
     raise ValueError(f"every option must be one token; got {dict(zip(options, option_ids))}")
-  inputs = {"": probe_inputs(fmt, records)}
+  inputs, copy_inputs = {"": probe_inputs(fmt, records)}, None
   if "term" in records[0]["metadata"]["gold"]:  # lookup / reference: the expert's episodes
     from rollout.tools.corpus import CorpusBackend
     backend = CorpusBackend.from_records(corpus)
-    inputs = {f"{name}: ": expert_inputs(fmt, records, backend, [i[0] for i in option_ids],
-                                         searched)
+    episodes = {searched: expert_episodes(fmt, records, backend, searched)
+                for searched in (False, True)}
+    inputs = {f"{name}: ": expert_inputs(episodes[searched], [i[0] for i in option_ids])
               for name, searched in (("tool-free", False), ("searched", True))}
-    copy_inputs = query_copy_inputs(fmt, records, backend)
-    for checkpoint in args.checkpoint:
-      print_query_copy(policy_params(config, cfg, checkpoint)[0], cfg, checkpoint,
-                       *copy_inputs, len(records))
+    copy_inputs = query_copy_inputs(fmt, episodes[True])
   right = np.array([options.index(r["label"]) for r in records])  # [N]
   golds = [r["metadata"]["gold"] for r in records]
   evidence_only = np.array([not g.get("shortcut", True) for g in golds])  # [N]
   usual = np.array([options.index(g.get("shortcut_answer", r["label"]))
                     for g, r in zip(golds, records)])  # [N]
   relations = [relation_of(r) for r in records]
-  for checkpoint, (name, (tokens, lengths)) in itertools.product(args.checkpoint,
-                                                                 inputs.items()):
-    p = option_probs(policy_params(config, cfg, checkpoint)[0], cfg, tokens, lengths,
-                     [ids[0] for ids in option_ids])  # [N, K]
-    p_right = p[np.arange(len(p)), right]
-    first = p[:, 0] / p.sum(1)
-    by_relation = {rel: round(float(first[[r == rel for r in relations]].mean()), 3)
-                   for rel in sorted(set(relations))}
-    print(f"{name}{checkpoint}: P(right) {p_right.mean():.4f} | right is likelier "
-          f"{np.mean(p_right == p.max(1)):.3f} | P({options[0]} | an option) by relation "
-          f"{by_relation} | n={len(p)}")
-    if evidence_only.any():
-      p_usual = p[np.arange(len(p)), usual]
-      print(f"  evidence-only ({int(evidence_only.sum())}): P(right) "
-            f"{p_right[evidence_only].mean():.4f}, P(shortcut answer) "
-            f"{p_usual[evidence_only].mean():.4f} | shortcut-admitting: P(right) "
-            f"{p_right[~evidence_only].mean():.4f}")
+  for checkpoint in args.checkpoint:
+    params = policy_params(config, cfg, checkpoint)[0]
+    if copy_inputs is not None:
+      print_query_copy(params, cfg, checkpoint, *copy_inputs, len(records))
+    for name, (tokens, lengths) in inputs.items():
+      print_option_probs(option_probs(params, cfg, tokens, lengths,
+                                      [ids[0] for ids in option_ids]),  # [N, K]
+                         f"{name}{checkpoint}", options, right, evidence_only, usual,
+                         relations)
+
+
+def print_option_probs(p: np.ndarray, name: str, options: list[str], right: np.ndarray,
+                       evidence_only: np.ndarray, usual: np.ndarray,
+                       relations: list[str]) -> None:
+  """One line per probe input: P(right) overall, by relation and on the evidence-only split."""
+  p_right = p[np.arange(len(p)), right]
+  first = p[:, 0] / p.sum(1)
+  by_relation = {rel: round(float(first[[r == rel for r in relations]].mean()), 3)
+                 for rel in sorted(set(relations))}
+  print(f"{name}: P(right) {p_right.mean():.4f} | right is likelier "
+        f"{np.mean(p_right == p.max(1)):.3f} | P({options[0]} | an option) by relation "
+        f"{by_relation} | n={len(p)}")
+  if evidence_only.any():
+    p_usual = p[np.arange(len(p)), usual]
+    print(f"  evidence-only ({int(evidence_only.sum())}): P(right) "
+          f"{p_right[evidence_only].mean():.4f}, P(shortcut answer) "
+          f"{p_usual[evidence_only].mean():.4f} | shortcut-admitting: P(right) "
+          f"{p_right[~evidence_only].mean():.4f}")
 
 
 def parser() -> argparse.ArgumentParser:

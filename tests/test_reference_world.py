@@ -135,11 +135,12 @@ def test_the_copy_probe_asks_for_the_link_digits_in_order(world):
   spec.loader.exec_module(probe)
   fmt = chat.ChatFormat(qwen3_tokenizer())
   records = world.eval[:6]
-  tokens, lengths, targets = probe.query_copy_inputs(fmt, records, world.corpus_backend())
+  searched = probe.expert_episodes(fmt, records, world.corpus_backend(), True)
+  tokens, lengths, targets = probe.query_copy_inputs(fmt, searched)
   assert len(tokens) == len(lengths) == len(targets) == 3 * len(records)
   for i, record in enumerate(records):
-    rows = range(3 * i, 3 * i + 3)
-    assert fmt.tokenizer.decode(targets[3 * i:3 * i + 3]) == _gold(record)["term"].split()[1]
-    for k, row in enumerate(rows):
-      prefix = fmt.tokenizer.decode(tokens[row][:lengths[row]])
-      assert prefix.endswith('"query": "glossary link ' + _gold(record)["term"][5:5 + k])
+    digits = _gold(record)["term"].split()[1]  # "link 517" -> "517"
+    assert fmt.tokenizer.decode(targets[3 * i:3 * i + 3]) == digits
+    for k in range(3):
+      prefix = fmt.tokenizer.decode(tokens[3 * i + k][:lengths[3 * i + k]])
+      assert prefix.endswith('"query": "glossary link ' + digits[:k])
