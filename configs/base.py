@@ -123,6 +123,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Judging rules (judge.citations, judge.records).
   c.judge.max_citations = 20  # distinct cited URLs judged, in order (paper: at most 20)
   c.judge.accept_plain_links = False  # also count `[3](url)` citations (the release: no)
+  c.judge.require_connected = True  # paper; False: every supported rubric counts (ablation)
   c.judge.max_response_chars = 60_000  # the final response is cut to this before judging
   c.judge.max_tool_output_chars = 200_000  # each tool output is cut to this before parsing
   c.judge.max_context_chars = 240_000  # cited page text sent to the support judge

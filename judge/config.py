@@ -41,6 +41,7 @@ class JudgeConfig:
   # Judging rules.
   max_citations: int = 20  # first N distinct cited URLs are used (paper: at most 20)
   accept_plain_links: bool = False  # also count `[3](url)`; the release does not (see citations)
+  require_connected: bool = True  # a supported rubric counts only when connected to <E0>
   max_response_chars: int = 60_000  # final responses are cut to this before judging
   max_tool_output_chars: int = 200_000  # each tool output is cut to this before parsing
   max_context_chars: int = 240_000  # cited content sent to the support judge

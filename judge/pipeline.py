@@ -19,6 +19,7 @@ final response before its last `## References` heading is judged:
            support: backend judges the identified rubrics, names filled in, against the
            cited content;
            connectivity: supported rubrics reachable from E0 (judge/rubric_graph.py);
+           `require_connected=False` (an ablation, not the paper) skips it;
            reward = connected / all rubrics.
 The outcome and identification calls run concurrently. Nothing raises: a failure of the
 judging itself (transport, unusable judge output after re-asks, an unexpected bug) ends as
@@ -245,8 +246,10 @@ class Judge:
     support = await self.backend.judge_support(inp, statements, context, usage)
     for key, ok in support.items():
       breakdown.rubrics[int(key[1:]) - 1].supported = ok
-    connected = connected_rubrics([r.placeholders for r in breakdown.rubrics],
-                                  [r.supported for r in breakdown.rubrics])
+    supported = [r.supported for r in breakdown.rubrics]
+    connected = (connected_rubrics([r.placeholders for r in breakdown.rubrics], supported)
+                 if self.config.require_connected
+                 else {i for i, ok in enumerate(supported) if ok})
     for index in connected:
       breakdown.rubrics[index].connected = True
     total = len(breakdown.rubrics)

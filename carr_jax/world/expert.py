@@ -33,7 +33,9 @@ answers the kind the glossary states, citing its page; on the other samples of a
 question it answers like "guess" (no tool, `known_fraction` applies). So the policy sees both
 ways to answer a plain question, the cited one and the shortcut. A "reference" question is
 treated as a plain one whatever its answer, and its known tool-free answer is the relation's
-usual kind (`shortcut_answer`): wrong on an exception, as a shortcut is.
+usual kind (`shortcut_answer`): wrong on an exception, as a shortcut is. A "chain" question
+(carr_jax/world/chain.py) is searched term by term, each page naming the next, and answered
+with every page's sentence, each citing its page.
 
 Episodes are trajectory records (docs/design.md section 2) built token by token the way the
 agent loop builds them (prompt ids, each turn's canonical completion with loss mask 1,
@@ -65,6 +67,7 @@ OPEN_THOUGHT = "Open its page."
 FIND_THOUGHT = "Find where this page names the next entity."
 ANSWER_THOUGHT = "Every hop is confirmed; write the cited answer."
 GLOSSARY_THOUGHT = "Check the glossary."
+NEXT_TERM_THOUGHT = "Follow the term it names."
 
 
 class ExpertError(RuntimeError):
@@ -207,6 +210,17 @@ def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
   return f"## Explanation with Citations\n{stated} [[1]({url})]\n\n## Exact Answer\n{kind}"
 
 
+def cited_chain_answer(gold: Mapping, first_urls: Sequence[str]) -> str:
+  """A chain question's reply: each page's sentence citing it, in chain order, then the kind;
+  `first_urls` is the first result of each search, which must be the chain's pages."""
+  urls = [r["url"] for r in gold["rubrics"]]
+  if list(first_urls) != urls:
+    raise ExpertError(f"the chain's searches found {list(first_urls)}, not its pages {urls}")
+  lines = [f"{r['evidence']} [[{k}]({r['url']})]" for k, r in enumerate(gold["rubrics"], 1)]
+  return ("## Explanation with Citations\n" + "\n".join(lines)
+          + f"\n\n## Exact Answer\n{gold['entities']['E0']['name']}")
+
+
 def shortcut_thought(gold: Mapping, answer: str) -> str:
   """A reference question's tool-free reasoning: the relation and the kind it usually points
   to (the answer it gives), so the shortcut reads the question's relation, not its link."""
@@ -238,6 +252,13 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
     known = gold.get("shortcut_answer", str(record.get("label")))
     reply = guess_answer(gold, str(record["id"]), sample_index, known, cfg.known_fraction)
     ep.answer(shortcut_thought(gold, reply.rsplit("\n", 1)[-1]), reply)
+  elif cfg.answer == "lookup" and "chain" in gold:
+    first_urls = []
+    for k, term in enumerate(gold["chain"]):
+      await ep.act(NEXT_TERM_THOUGHT if k else GLOSSARY_THOUGHT, "browser.search",
+                   {"query": f"glossary {term}", "num": 1})
+      first_urls.append(ep.session.results[0].url if ep.session.results else None)
+    ep.answer("", cited_chain_answer(gold, first_urls))
   elif cfg.answer == "lookup":
     await ep.act(GLOSSARY_THOUGHT, "browser.search", {"query": f"glossary {gold['term']}",
                                                        "num": 1})

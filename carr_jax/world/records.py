@@ -17,7 +17,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from carr_jax.world import compose, lookup, named
+from carr_jax.world import chain, compose, lookup, named
 from carr_jax.world import pages as pages_lib
 from carr_jax.world.graph import build_graph
 from carr_jax.world.pages import EntityPage, render_pages
@@ -81,8 +81,10 @@ def carr_record(qid: str, question: str, label: str, rubrics: list[str],
 _GENERATORS = {"deep": compose.generate_questions, "named": named.generate_named_questions,
                "kinds": named.generate_kind_questions,
                "lookup": lookup.generate_lookup_questions}
-_STYLES = (*_GENERATORS, "reference")  # reference: its own generator (it knows the split)
-_GLOSSARY_STYLES = ("lookup", "reference")  # glossary pages are the evidence (lookup.py)
+# reference and chain: their own generator (it knows the split); chain: reference questions
+# whose glossary pages form a chain (chain.py)
+_STYLES = (*_GENERATORS, "reference", "chain")
+_GLOSSARY_STYLES = ("lookup", "reference", "chain")  # glossary pages are the evidence
 # the answer is an entity type; the last questions are held out
 _KIND_STYLES = ("kinds", *_GLOSSARY_STYLES)
 
@@ -119,7 +121,9 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   answerable without tools, split like "kinds", `lookup.py`) or "reference" (every question
   states its relation and its own link number; the relation's usual kind is right on a
   shortcut_fraction of the training questions and an eval_shortcut_fraction of the held-out
-  ones, whose other questions form the evidence-only split; `lookup.py`);
+  ones, whose other questions form the evidence-only split; `lookup.py`) or "chain"
+  (reference questions whose link's glossary page names the next term, and only the last of
+  `max_hops` pages the kind; `min_hops` must equal `max_hops`; `chain.py`);
   locality: see `build_graph`; distractors: distractor sentences per page (0-6; fewer =
   shorter pages, shorter episodes); short_names: see `build_graph`; prompt: "full" (three
   tool schemas, the whole answer-format instruction), "brief" (search and open, a one-line
@@ -131,7 +135,10 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
     raise ValueError(f"world style must be one of {sorted(_STYLES)}, got {style!r}")
   if prompt not in _PROMPTS:
     raise ValueError(f"world prompt must be one of {sorted(_PROMPTS)}, got {prompt!r}")
-  low = 2 if style == "deep" else 1
+  low = 2 if style in ("deep", "chain") else 1
+  if style == "chain" and min_hops != max_hops:
+    raise ValueError(f"a chain world has one length: min_hops must equal max_hops, got "
+                     f"{min_hops}, {max_hops}")
   if not low <= min_hops <= max_hops <= 4:
     raise ValueError(f"need {low} <= min_hops <= max_hops <= 4 for {style} questions, got "
                      f"{min_hops}, {max_hops}")
@@ -144,7 +151,7 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   rng = random.Random(seed)
   graph = build_graph(rng, num_entities, locality, short_names)
   pages = render_pages(graph, rng, distractors)
-  if style == "reference":
+  if style in ("reference", "chain"):
     questions = lookup.generate_reference_questions(
         graph, pages, rng, num_questions, shortcut_fraction,
         round(eval_fraction * num_questions), eval_shortcut_fraction)
@@ -156,7 +163,10 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
     pages = {n: pages_lib.marked_page(p, pattern) for n, p in pages.items()}
     questions = [dataclasses.replace(q, text=pages_lib.mark_names(q.text, pattern))
                  for q in questions]
-  if style in _GLOSSARY_STYLES:
+  if style == "chain":  # drawn after the questions: the same questions as "reference"
+    terms = chain.chain_terms(questions, rng, max_hops)
+    pages = {**pages, **chain.glossary_pages(graph, questions, terms)}
+  elif style in _GLOSSARY_STYLES:
     pages = {**pages, **lookup.glossary_pages(graph, questions)}
   if style in _KIND_STYLES:  # the last questions, whose answers alternate like all the others
     cut = len(questions) - round(eval_fraction * len(questions))
@@ -165,7 +175,9 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
     train_q, eval_q = _split_by_answer(questions, rng, eval_fraction)
   records = []
   for i, q in enumerate(train_q + eval_q):
-    if style in _GLOSSARY_STYLES:
+    if style == "chain":
+      gold = chain.gold_annotations(graph, q, terms[q.text])
+    elif style in _GLOSSARY_STYLES:
       gold = lookup.gold_annotations(graph, q)
     else:
       gold = compose.gold_annotations(graph, pages, q)

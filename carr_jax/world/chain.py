@@ -1,0 +1,115 @@
+"""Chain questions: reference questions whose evidence is a chain of glossary pages (style "chain").
+
+A chain question reads exactly like a reference question (lookup.py), built from the same draws:
+"X, a painter, studied at something (link 417). Is that a city or an organization?" Its
+relation's usual kind is the shortcut, right on a `shortcut_fraction` of the training questions
+and wrong on the evidence-only held-out ones. What changes is the evidence: the glossary page of
+the question's link does not state the kind; it names the next term, and only the last page of
+the chain states the kind. With 2 hops:
+
+  Glossary: link 417   "Link 417 continues under code 733."
+  Glossary: code 733   "Code 733 is of the kind organization."
+
+So a cited answer takes two searches, and the second query ("glossary code 733") is read off the
+first page, never off the question. Each hop's term has its own marker word (`MARKERS`: link,
+code, entry, note), so the next search copies the 3 digits after a word the question never holds:
+the copy a tiny policy learns (docs/results.md), not an invented name.
+
+Entities and rubrics, for a chain of terms t_0 (the question's) .. t_{h-1}:
+  E0 the answer kind; E_j (1 <= j < h) the term t_{h-j}: E1 is the last page's term, nearest the
+  answer, as in the paper's numbering. Hidden entities are the terms the question does not hold.
+  One rubric per page, in chain order:
+    "Link 417 continues under <E1>."       [E1]      (2 hops; with more, "<E2> continues under
+    "<E1> is of the kind <E0>."             [E1, E0]   <E1>." in between)
+So the three parts of the rubric reward each decide part of it: citing only the last page
+supports half the rubrics; a reply that never names E1 identifies none; citing only the first
+page supports a rubric that does not connect to E0, which earns nothing (tests/test_chain_world.py).
+"""
+from __future__ import annotations
+
+import random
+
+import networkx as nx
+
+from carr_jax.world import named
+from carr_jax.world.lookup import glossary_url, question_term, usual_kind
+from carr_jax.world import ontology as on
+from carr_jax.world.pages import EntityPage
+from carr_jax.world.questions import Question
+
+MARKERS = ("link", "code", "entry", "note")  # the marker word of each hop's term, in order
+_PUBLISHED = "2020-01-01"
+
+
+def chain_terms(questions: list[Question], rng: random.Random,
+                hops: int) -> dict[str, tuple[str, ...]]:
+  """question text -> its chain of `hops` terms: the question's own link, then one term per
+  further hop, each marker's 3-digit codes distinct across questions (drawn from `rng`)."""
+  if not 2 <= hops <= len(MARKERS):
+    raise ValueError(f"a chain has 2 to {len(MARKERS)} hops, got {hops}")
+  if len(questions) > 900:
+    raise ValueError(f"at most 900 chain questions (3-digit codes), got {len(questions)}")
+  codes = [rng.sample(range(100, 1000), len(questions)) for _ in MARKERS[1:hops]]
+  return {q.text: (question_term(q),) + tuple(f"{m} {c[i]}" for m, c in zip(MARKERS[1:], codes))
+          for i, q in enumerate(questions)}
+
+
+def page_sentence(terms: tuple[str, ...], i: int, kind: str) -> str:
+  """What the glossary page of terms[i] says: the next term, or (the last) the kind."""
+  head = terms[i][0].upper() + terms[i][1:]
+  if i + 1 < len(terms):
+    return f"{head} continues under {terms[i + 1]}."
+  return f"{head} is of the kind {kind}."
+
+
+def chain_pages(terms: tuple[str, ...], kind: str) -> list[EntityPage]:
+  """The glossary pages of one chain, in hop order."""
+  out = []
+  for i, term in enumerate(terms):
+    sentence = page_sentence(terms, i, kind)
+    out.append(EntityPage(f"glossary:{term}", glossary_url(term), f"Glossary: {term}", sentence,
+                          _PUBLISHED, {("glossary",): sentence}))
+  return out
+
+
+def glossary_pages(g: nx.MultiDiGraph, questions: list[Question],
+                   terms: dict[str, tuple[str, ...]]) -> dict[str, EntityPage]:
+  """node id -> page of every term of every question's chain."""
+  return {p.node: p for q in questions
+          for p in chain_pages(terms[q.text], g.nodes[q.walk[0]]["type"])}
+
+
+def entity_id(terms: tuple[str, ...], i: int) -> str:
+  """The placeholder of terms[i] (i >= 1): E1 is the last term, nearest the answer."""
+  return f"E{len(terms) - i}"
+
+
+def rubric(terms: tuple[str, ...], i: int) -> tuple[str, list[str]]:
+  """Rubric i of a chain and its placeholder ids: page i's statement, with the hidden terms
+  and the kind as placeholders."""
+  ids = [] if i == 0 else [entity_id(terms, i)]
+  ids.append(entity_id(terms, i + 1) if i + 1 < len(terms) else "E0")
+  head = terms[0][0].upper() + terms[0][1:] if i == 0 else f"<{ids[0]}>"
+  verb = "continues under" if i + 1 < len(terms) else "is of the kind"
+  return f"{head} {verb} <{ids[-1]}>.", ids
+
+
+def gold_annotations(g: nx.MultiDiGraph, q: Question, terms: tuple[str, ...]) -> dict:
+  """metadata.gold of a chain question: entities E0 (the kind) and E1..E_{h-1} (the hidden
+  terms), one rubric per page with that page's sentence as evidence; `term` the question's
+  link, `chain` every term in search order, `shortcut_answer` the relation's usual kind."""
+  kind = g.nodes[q.walk[0]]["type"]
+  pages = chain_pages(terms, kind)
+  entities = {"E0": {"name": kind, "aliases": [], "url": pages[-1].url}}
+  for i in range(1, len(terms)):
+    entities[entity_id(terms, i)] = {"name": terms[i], "aliases": [], "url": pages[i].url}
+  rubrics = []
+  for i, page in enumerate(pages):
+    text, ids = rubric(terms, i)
+    rubrics.append({"text": text, "placeholders": ids, "url": page.url,
+                    "evidence": page.content})
+  return {"entities": entities, "rubrics": rubrics, "shortcut": q.shortcut, "hops": len(terms),
+          "options": list(named.KINDS), "term": terms[0], "chain": list(terms),
+          "shortcut_answer": usual_kind(q),
+          "relation": on.RELATIONS[q.hops[0].relation].forward.format(x="").strip()}
+

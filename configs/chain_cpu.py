@@ -1,0 +1,38 @@
+"""The chain world: the reference world's questions, their evidence two glossary pages long.
+
+    python -m carr_jax.sft --config configs/chain_cpu.py:sft --workdir OUT/sft_seedk \
+        --config.seed=k
+    python -m carr_jax.train --config configs/chain_cpu.py:main --workdir OUT/cgrpo_seedk \
+        --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k
+
+A question reads like a reference question (configs/lookup_cpu.py), "X, a painter, studied at
+something (link 417). Is that a city or an organization?", and its relation's usual kind is
+the same shortcut. But the glossary page of link 417 only names the next term ("Link 417
+continues under code 733."), and the page of code 733 states the kind (carr_jax/world/chain.py).
+Each page is one rubric: "Link 417 continues under <E1>." and "<E1> is of the kind <E0>.", so
+the rubric reward pays identification (naming code 733), support (citing both pages) and
+connectivity (the first rubric reaches E0 only through the second). The expert's cited episode
+makes 2 searches in ~560 tokens (tests/test_chain_world.py).
+"""
+from configs import lookup_cpu
+
+
+def chain_world(c) -> None:
+  """The world and model every stage uses: lookup_cpu's, with 2-page chains."""
+  lookup_cpu.lookup_world(c)
+  c.data.world_style = "chain"
+  c.data.world_min_hops = 2
+  c.data.world_max_hops = 2
+  c.rollout.max_turn_tokens = 96  # the cited reply is ~70 tokens
+  c.rollout.max_context_tokens = 640  # a cited expert episode is ~560
+  c.rollout.max_tool_calls = 3
+  c.batch.row_lengths = (640,)  # one episode per row
+
+
+def get_config(arg=None):
+  """`arg` "sft": the cold start; "main": C-GRPO with held-out avg@4 at the start and end."""
+  c = lookup_cpu.get_config(arg)
+  chain_world(c)
+  if arg == "sft":
+    c.sft.expert_max_hops = 2
+  return c

@@ -1,0 +1,163 @@
+"""Chain questions (carr_jax/world/chain.py, style "chain"): evidence that takes two hops, one
+rubric per hop, so identification, support and connectivity each decide part of the reward.
+
+Checked against the real tools and the gold judge: the second search term is on the first
+page, never in the question; every term's page ranks first for "glossary <term>"; the splits
+are the reference world's (evidence-only exactly where the shortcut is wrong); the expert's
+cited episode earns rubric 1 and fits the RL limits of configs/chain_cpu.py; a reply citing
+only the last page earns half, one that never names E1 nothing, and one whose only supported
+rubric does not reach E0 nothing, unless `require_connected` is off (the ablation).
+
+  python -m pytest tests/test_chain_world.py -q
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import re
+
+import pytest
+
+from carr_jax.world import build_world, chain, lookup
+from configs import chain_cpu
+from judge import Judge, JudgeConfig
+from rollout import chat
+from tests.test_lookup_world import judged_expert_episodes
+from tests.test_tokenizer import qwen3_tokenizer
+
+
+@pytest.fixture(scope="module")
+def world():
+  return build_world(5, 300, 128, style="chain", min_hops=2, max_hops=2, prompt="brief",
+                     eval_fraction=0.25, distractors=0, shortcut_fraction=0.8,
+                     eval_shortcut_fraction=0.5)
+
+
+@pytest.fixture(scope="module")
+def judged(world):
+  return judged_expert_episodes(world, world.eval)
+
+
+def _gold(record):
+  return record["metadata"]["gold"]
+
+
+def test_the_second_term_is_on_the_first_page_only(world):
+  reference = build_world(5, 300, 128, style="reference", min_hops=1, max_hops=1,
+                          prompt="brief", eval_fraction=0.25, distractors=0,
+                          shortcut_fraction=0.8, eval_shortcut_fraction=0.5)
+  codes = collections.Counter()
+  for record, ref in zip(world.train + world.eval, reference.train + reference.eval):
+    gold, text = _gold(record), record["input_messages"][0]["content"]
+    assert text == ref["input_messages"][0]["content"]  # the reference world's questions
+    assert record["label"] == ref["label"] and gold["shortcut"] == _gold(ref)["shortcut"]
+    assert gold["shortcut"] == (gold["shortcut_answer"] == record["label"])
+    first, second = gold["chain"]
+    assert first == gold["term"] and f"({first})" in text
+    assert re.fullmatch(r"code \d{3}", second) and second not in text
+    codes[second] += 1
+    pages = [world.pages[f"glossary:{t}"] for t in gold["chain"]]
+    assert pages[0].content == f"{first.capitalize()} continues under {second}."
+    assert pages[1].content == f"{second.capitalize()} is of the kind {record['label']}."
+    assert record["label"] not in pages[0].content  # the first page alone does not answer
+  assert set(codes.values()) == {1}  # every second code used once
+  assert sum(_gold(r)["shortcut"] for r in world.eval) == len(world.eval) // 2
+
+
+def test_every_term_finds_its_page_first(world):
+  backend = world.corpus_backend()
+  terms = [t for r in world.eval for t in _gold(r)["chain"]]
+
+  async def first_hits():
+    return [(await backend.search(f"glossary {t}", 1))[0] for t in terms]
+  assert [h.url for h in asyncio.run(first_hits())] == [lookup.glossary_url(t) for t in terms]
+
+
+def test_rubrics_name_the_hidden_term_and_chain_to_the_answer():
+  terms = ("link 417", "code 733", "entry 250")
+  assert [chain.rubric(terms, i) for i in range(3)] == [
+      ("Link 417 continues under <E2>.", ["E2"]),
+      ("<E2> continues under <E1>.", ["E2", "E1"]),
+      ("<E1> is of the kind <E0>.", ["E1", "E0"])]
+  with pytest.raises(ValueError, match="2 to 4 hops"):
+    chain.chain_terms([], None, 1)
+
+
+def test_expert_episode_is_full_credit_and_fits_the_rl_limits(world, judged):
+  """The searched sample makes 2 searches and earns (1, 1); the tool-free one answers the
+  relation's usual kind. Lengths are checked against configs/chain_cpu.py's limits."""
+  trajs, scores = judged
+  fmt = chat.ChatFormat(qwen3_tokenizer())
+  rollout = chain_cpu.get_config("main").rollout
+  longest_episode = longest_turn = 0
+  for i, record in enumerate(world.eval):
+    for k in range(2):
+      t, b = trajs[2 * i + k], scores[2 * i + k]
+      if t["num_tool_calls"].get("search"):
+        assert t["num_tool_calls"]["search"] == 2
+        assert (b.outcome_reward, b.rubric_reward) == (1.0, 1.0), b.rubric_reason
+        longest_episode = max(longest_episode, len(t["token_ids"]))
+        reply = fmt.encode(chat.completion_text("", t["history"][-1]["content"]))
+        longest_turn = max(longest_turn, len(reply))
+      else:
+        assert b.extracted_answer == _gold(record)["shortcut_answer"]
+        assert b.rubric_reward == 0.0
+  assert longest_episode <= 0.9 * rollout.max_context_tokens, longest_episode
+  assert longest_turn <= 0.9 * rollout.max_turn_tokens, longest_turn
+
+
+def _rescored(world, judged, edit, **judge_kw):
+  """The searched expert episodes with their final reply rewritten by `edit(reply, gold)`,
+  scored by the gold judge: the pages were received, only the reply changes."""
+  trajs, _ = judged
+  items = []
+  for t, r in zip(trajs, [r for r in world.eval for _ in range(2)]):
+    if t["num_tool_calls"].get("search"):
+      history = [dict(m) for m in t["history"]]
+      history[-1]["content"] = edit(history[-1]["content"], _gold(r))
+      items.append(({**t, "history": history}, r))
+  judge = Judge(JudgeConfig(backend="gold", use_cache=False, **judge_kw))
+  return asyncio.run(judge.score_batch(items))
+
+
+def _line(reply: str, url: str) -> str:
+  return next(line for line in reply.splitlines() if f"]({url})]" in line)
+
+
+def test_citing_only_the_last_page_earns_half(world, judged):
+  def last_only(reply, gold):
+    first = gold["rubrics"][0]["url"]
+    return reply.replace(_line(reply, first) + "\n", "").replace("[[2](", "[[1](")
+  for b in _rescored(world, judged, last_only):
+    assert (b.outcome_reward, b.rubric_reward) == (1.0, 0.5), b.rubric_reason
+    assert [r.supported for r in b.rubrics] == [False, True]
+
+
+def test_a_reply_that_never_names_the_hidden_term_identifies_nothing(world, judged):
+  def unnamed(reply, gold):
+    return reply.replace(gold["chain"][1].capitalize(), "It").replace(gold["chain"][1],
+                                                                      "the next code")
+  for b in _rescored(world, judged, unnamed):
+    assert b.outcome_reward == 1.0
+    assert b.entities["E1"] is None and b.rubric_reward == 0.0
+    assert not any(r.identified for r in b.rubrics)
+
+
+def test_a_supported_rubric_cut_off_from_the_answer_earns_nothing(world, judged):
+  """Only the first page cited: its rubric is identified and supported, but it mentions only
+  E1, and the rubric joining E1 to E0 is unsupported: not connected, no credit. With the
+  ablation's `require_connected=False` the same reply earns that rubric's half."""
+  def first_only(reply, gold):
+    return reply.replace(_line(reply, gold["rubrics"][1]["url"]), "")
+  for b in _rescored(world, judged, first_only):
+    assert [(r.identified, r.supported, r.connected) for r in b.rubrics] == [
+        (True, True, False), (True, False, False)]
+    assert (b.outcome_reward, b.rubric_reward) == (1.0, 0.0), b.rubric_reason
+  for b in _rescored(world, judged, first_only, require_connected=False):
+    assert b.rubric_reward == 0.5, b.rubric_reason
+
+
+def test_chain_world_needs_one_length():
+  with pytest.raises(ValueError, match="one length"):
+    build_world(5, 300, 128, style="chain", min_hops=2, max_hops=3, eval_fraction=0.25,
+                distractors=0)
