@@ -16,14 +16,16 @@ from carr_jax.evaluation.shortcuts import table, write_report
 
 def parser() -> argparse.ArgumentParser:
   p = cli.parser("python -m carr_jax.shortcut_report", lib.__doc__.split("\n")[0])
-  p.add_argument("out_dir", help="directory holding grpo_seed<k>/ and cgrpo_seed<k>/ runs")
+  p.add_argument("out_dir", help="directory holding the <method>_seed<k>/ runs")
   p.add_argument("--wall-s", type=float, default=None, help="the comparison's wall time, s")
+  p.add_argument("--methods", default=",".join(lib.COMPARISON),
+                 help=f"comma-separated run-directory methods, of {', '.join(lib.METHODS)}")
   return p
 
 
 def _main(args: argparse.Namespace) -> None:
   try:
-    summary = write_report(args.out_dir, args.wall_s)
+    summary = write_report(args.out_dir, args.wall_s, tuple(args.methods.split(",")))
   except (OSError, ValueError) as e:
     raise cli.UsageError(str(e)) from e
   print(table(summary), end="")

@@ -4,7 +4,9 @@
 #                                                     OUT_DIR/sft_seed<SEED>, two at a time
 #   run_lanes.sh rl OUT_DIR CONFIG SEED INIT [ARGS]   GRPO and C-GRPO from checkpoint dir INIT,
 #                                                     side by side, into OUT_DIR/grpo_seed<SEED>
-#                                                     and OUT_DIR/cgrpo_seed<SEED>
+#                                                     and OUT_DIR/cgrpo_seed<SEED>; with
+#                                                     CARR_JAX_METHODS="grpo cgrpo noconn ..."
+#                                                     those methods, two at a time
 # Two runs go side by side, each pinned to one core (taskset) when there are two: the tiny
 # policy's step gains little from a second core (benchmarks/README.md `## demo`), so a pair
 # takes about the time of one. Each run logs to <its workdir>.log and resumes when rerun; a failed
@@ -49,11 +51,26 @@ seed=$1 init=$2
 shift 2
 extra=""
 if [ $# -gt 0 ]; then extra=$(printf " %q" "$@"); fi
-cmd() {  # the RL command of method $1
-  local mode=paper
-  [ "$1" = grpo ] && mode=grpo
-  echo "'$py' -m carr_jax.train --config '$config' --workdir '$out/$1_seed$seed'" \
-    "--config.checkpoint.init_dir='$init' --config.seed=$seed --config.reward.mode=$mode$extra"
+method_args() {  # the RL arguments of method $1 (its label: shortcuts.py METHODS)
+  case $1 in
+    grpo) echo "--config.reward.mode=grpo" ;;
+    cgrpo) echo "--config.reward.mode=paper" ;;
+    noconn) echo "--config.reward.mode=paper --config.judge.require_connected=False" ;;
+    rubric) echo "--config.reward.mode=paper --config.reward.alpha=1.0" ;;
+    alpha01) echo "--config.reward.mode=paper --config.reward.alpha=0.1" ;;
+    *) echo "unknown method $1 (grpo, cgrpo, noconn, rubric, alpha01)" >&2; return 2 ;;
+  esac
 }
-pair "$(cmd grpo)" "$(cmd cgrpo)" "$out/grpo_seed$seed.log" "$out/cgrpo_seed$seed.log"
-for method in grpo cgrpo; do echo "$method seed $seed: $(tail -n 1 "$out/${method}_seed$seed.log")"; done
+cmd() {  # the RL command of method $1
+  echo "'$py' -m carr_jax.train --config '$config' --workdir '$out/$1_seed$seed'" \
+    "--config.checkpoint.init_dir='$init' --config.seed=$seed $(method_args "$1")$extra"
+}
+methods=(${CARR_JAX_METHODS:-grpo cgrpo})
+for method in "${methods[@]}"; do method_args "$method" > /dev/null; done
+for ((i = 0; i < ${#methods[@]}; i += 2)); do
+  a=${methods[i]} b=${methods[i + 1]:-}
+  pair "$(cmd "$a")" "${b:+$(cmd "$b")}" "$out/${a}_seed$seed.log" "${b:+$out/${b}_seed$seed.log}"
+done
+for method in "${methods[@]}"; do
+  echo "$method seed $seed: $(tail -n 1 "$out/${method}_seed$seed.log")"
+done

@@ -69,3 +69,26 @@ def test_edge_mean():
   assert shortcut_report.edge_mean([1.0, 2.0, 3.0], last=True) == 3.0
   assert shortcut_report.edge_mean(list(range(30)), last=True) == 28.0  # 27, 28, 29
   assert np.isnan(shortcut_report.edge_mean([], last=True))
+
+
+def test_a_method_set_with_the_ablations(tmp_path):
+  """The chain comparison's four methods: one column each, full_chain_rate read from eval."""
+  methods = ("grpo", "cgrpo", "noconn", "rubric")
+  for k, m in enumerate(methods):
+    for seed in (0, 1):
+      workdir = str(tmp_path / f"{m}_seed{seed}")
+      _run(workdir, [1.0, 1.0], 0.8, 0.2)
+      heldout.save(workdir, 3, np.array([0.8]), 2,
+                   {"eval/accuracy": 0.8, "eval/shortcut_admitting_rate": 0.2,
+                    "eval/cited_pages": 2.0, "eval/full_chain_rate": 0.25 * k + 0.1 * seed})
+  summary = shortcut_report.write_report(str(tmp_path), methods=methods)
+  assert summary["methods"] == list(methods)
+  assert summary["rubric"]["full_chain_rate"] == pytest.approx([0.75, 0.85])
+  assert np.isnan(summary["grpo"]["start_full_chain_rate"]).all()  # step 0 did not record it
+  header = (tmp_path / "table.md").read_text().splitlines()[0]
+  assert header == ("| metric | GRPO | C-GRPO | C-GRPO, no connectivity | C-GRPO, a = 1.0 |")
+  with pytest.raises(ValueError, match="same seeds"):
+    shortcut_report.summarize(str(tmp_path), methods=("grpo", "alpha01"))
+  with pytest.raises(ValueError, match="methods must be"):
+    shortcut_report.summarize(str(tmp_path), methods=("grpo", "ppo"))
+  assert report_cli.main([str(tmp_path), "--methods", "grpo,cgrpo,noconn,rubric"]) == 0

@@ -1,10 +1,12 @@
-"""The GRPO-vs-C-GRPO comparison's report: summary.json, a table and a plot from the run dirs.
+"""The method comparisons' report: summary.json, a table and a plot from the run dirs.
 
-    python -m carr_jax.shortcut_report OUT_DIR [--wall-s S]
+    python -m carr_jax.shortcut_report OUT_DIR [--wall-s S] [--methods grpo,cgrpo,...]
 
 reads OUT_DIR/<method>_seed<k>/ (each a `carr_jax.train` workdir: TensorBoard events in tb/,
-held-out evaluations in eval/step_<N>.json) and writes OUT_DIR/summary.json,
-OUT_DIR/table.md and OUT_DIR/shortcuts.png. `scripts/reproduce_shortcuts.sh` runs it last.
+held-out evaluations in eval/step_<N>.json) for every method of `--methods` (default grpo,
+cgrpo; names in `METHODS`), the same seeds for each, and writes OUT_DIR/summary.json,
+OUT_DIR/table.md and OUT_DIR/shortcuts.png. `scripts/reproduce_shortcuts.sh` (GRPO vs
+C-GRPO) and `scripts/reproduce_chains.sh` (with the ablations) run it last.
 
 Metrics (per run; summary.json holds, per method, one value per seed in seed order):
   heldout_accuracy   avg@k outcome accuracy on the held-out questions at the last evaluation
@@ -31,6 +33,9 @@ Metrics (per run; summary.json holds, per method, one value per seed in seed ord
   heldout_gain, heldout_gain_se
                      the paired change of held-out accuracy from the first evaluation to the
                      last and its standard error (`heldout.change`).
+  full_chain_rate    the share of right held-out answers whose rubric reward is 1: every
+                     rubric identified, supported by a cited page and connected to the answer
+                     (on the chain world, the whole chain cited; `eval/full_chain_rate`).
   start_*            the same held-out measures at step 0 (the run's SFT policy).
 Per step (the plot, and `steps` in summary.json): outcome reward, rubric reward, tool calls per
 episode and the shortcut rate of the training rollouts (`judge/outcome_reward_mean`,
@@ -50,7 +55,11 @@ import numpy as np
 from carr_jax.evaluation import heldout
 from carr_jax.runs import metrics
 
-METHODS = ("grpo", "cgrpo")
+# run-directory name -> label; the RL arguments of each: scripts/run_lanes.sh
+METHODS = {"grpo": "GRPO", "cgrpo": "C-GRPO", "noconn": "C-GRPO, no connectivity",
+           "rubric": "C-GRPO, a = 1.0", "alpha01": "C-GRPO, a = 0.1"}
+COMPARISON = ("grpo", "cgrpo")  # the default method set
+_COLOURS = ("tab:orange", "tab:blue", "tab:green", "tab:red", "tab:purple")
 STEP_TAGS = {"outcome_reward": "judge/outcome_reward_mean",
              "rubric_reward": "judge/rubric_reward_mean",
              "tool_calls": "rollout/tool_calls", "shortcut_rate": "judge/shortcut_rate"}
@@ -60,8 +69,9 @@ SUMMARY_KEYS = ("start_heldout_accuracy", "heldout_accuracy", "heldout_gain", "h
                 "evidence_only_accuracy", "start_evidence_only_shortcut_answer",
                 "evidence_only_shortcut_answer", "start_shortcut_rate", "shortcut_rate",
                 "tool_calls_first", "tool_calls_last", "start_cited_pages", "cited_pages",
-                "start_answer_agrees_with_cited", "answer_agrees_with_cited")
-_RUN = re.compile(r"^(?P<method>[a-z]+)_seed(?P<seed>\d+)$")
+                "start_answer_agrees_with_cited", "answer_agrees_with_cited",
+                "start_full_chain_rate", "full_chain_rate")
+_RUN = re.compile(r"^(?P<method>[a-z0-9]+)_seed(?P<seed>\d+)$")
 
 
 def edge_mean(values: list[float], last: bool, share: float = 0.1) -> float:
@@ -96,6 +106,8 @@ def run_summary(workdir: str) -> dict[str, Any]:
       "start_evidence_only_accuracy": _held(first, "eval/evidence_only_accuracy"),
       "start_evidence_only_shortcut_answer": _held(first, "eval/evidence_only_shortcut_answer"),
       "start_answer_agrees_with_cited": _held(first, "eval/answer_agrees_with_cited"),
+      "full_chain_rate": _held(final, "eval/full_chain_rate"),
+      "start_full_chain_rate": _held(first, "eval/full_chain_rate"),
       "shortcut_rate": final["eval/shortcut_admitting_rate"],
       "tool_calls_first": edge_mean(steps["tool_calls"], last=False),
       "tool_calls_last": edge_mean(steps["tool_calls"], last=True),
@@ -109,27 +121,31 @@ def run_summary(workdir: str) -> dict[str, Any]:
   }
 
 
-def find_runs(out_dir: str) -> dict[str, dict[int, str]]:
-  """method -> seed -> workdir, for the OUT_DIR/<method>_seed<k> directories."""
+def find_runs(out_dir: str, methods=COMPARISON) -> dict[str, dict[int, str]]:
+  """method -> seed -> workdir, for the OUT_DIR/<method>_seed<k> directories of `methods`."""
   runs: dict[str, dict[int, str]] = {}
   for name in sorted(os.listdir(out_dir)):
     match = _RUN.match(name)
-    if match and match["method"] in METHODS:
+    if match and match["method"] in methods:
       runs.setdefault(match["method"], {})[int(match["seed"])] = os.path.join(out_dir, name)
   return runs
 
 
-def summarize(out_dir: str, wall_s: float | None = None) -> dict[str, Any]:
-  runs = find_runs(out_dir)
-  if set(runs) != set(METHODS) or set(runs["grpo"]) != set(runs["cgrpo"]):
-    raise ValueError(f"{out_dir}: need grpo_seed<k> and cgrpo_seed<k> for the same seeds, "
-                     f"found {({m: sorted(s) for m, s in runs.items()})}")
-  seeds = sorted(runs["grpo"])
-  per_run = {m: [run_summary(runs[m][s]) for s in seeds] for m in METHODS}
-  keys = SUMMARY_KEYS
-  summary: dict[str, Any] = {"seeds": seeds, "wall_time_s": wall_s}
-  for m in METHODS:
-    summary[m] = {k: [r[k] for r in per_run[m]] for k in keys}
+def summarize(out_dir: str, wall_s: float | None = None,
+              methods=COMPARISON) -> dict[str, Any]:
+  unknown = [m for m in methods if m not in METHODS]
+  if unknown or not methods:
+    raise ValueError(f"methods must be some of {sorted(METHODS)}, got {list(methods)}")
+  runs = find_runs(out_dir, methods)
+  seed_sets = {m: sorted(runs.get(m, {})) for m in methods}
+  seeds = seed_sets[methods[0]]
+  if not seeds or any(s != seeds for s in seed_sets.values()):
+    raise ValueError(f"{out_dir}: need <method>_seed<k> of every method in {list(methods)} "
+                     f"for the same seeds, found {seed_sets}")
+  per_run = {m: [run_summary(runs[m][s]) for s in seeds] for m in methods}
+  summary: dict[str, Any] = {"seeds": seeds, "wall_time_s": wall_s, "methods": list(methods)}
+  for m in methods:
+    summary[m] = {k: [r[k] for r in per_run[m]] for k in SUMMARY_KEYS}
     summary[m]["runs"] = per_run[m]
   return summary
 
@@ -142,11 +158,13 @@ def _mean_se(values: list[float]) -> str:
 
 def table(summary: dict[str, Any]) -> str:
   """Markdown: one row per metric, per method the mean +- s.e. over seeds and the values."""
-  rows = ["| metric | GRPO | C-GRPO |", "|---|---|---|"]
+  methods = summary["methods"]
+  rows = ["| metric | " + " | ".join(METHODS[m] for m in methods) + " |",
+          "|---" * (len(methods) + 1) + "|"]
   for k in SUMMARY_KEYS:
     cells = [f"{_mean_se(summary[m][k])} ({', '.join(f'{x:.3f}' for x in summary[m][k])})"
-             for m in METHODS]
-    rows.append(f"| {k} | {cells[0]} | {cells[1]} |")
+             for m in methods]
+    rows.append(f"| {k} | " + " | ".join(cells) + " |")
   return "\n".join(rows) + "\n"
 
 
@@ -157,9 +175,8 @@ def plot(summary: dict[str, Any], path: str) -> None:
   import matplotlib.pyplot as plt
   panels = list(STEP_TAGS) + ["heldout_accuracy"]
   fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
-  for m, colour in zip(METHODS, ("tab:orange", "tab:blue")):
-    label = {"grpo": "GRPO", "cgrpo": "C-GRPO"}[m]
-    runs = summary[m]["runs"]
+  for m, colour in zip(summary["methods"], _COLOURS):
+    label, runs = METHODS[m], summary[m]["runs"]
     for ax, name in zip(axes, panels):
       if name == "heldout_accuracy":
         x, ys = runs[0]["eval_steps"], [r["heldout_accuracy_per_eval"] for r in runs]
@@ -178,8 +195,9 @@ def plot(summary: dict[str, Any], path: str) -> None:
   plt.close(fig)
 
 
-def write_report(out_dir: str, wall_s: float | None = None) -> dict[str, Any]:
-  summary = summarize(out_dir, wall_s)
+def write_report(out_dir: str, wall_s: float | None = None,
+                 methods=COMPARISON) -> dict[str, Any]:
+  summary = summarize(out_dir, wall_s, methods)
   with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as f:
     json.dump(summary, f, indent=1)
   with open(os.path.join(out_dir, "table.md"), "w", encoding="utf-8") as f:

@@ -73,6 +73,9 @@ def judge_metrics(breakdowns: Sequence[Any], shortcut_threshold: float,
       # Correct answers that the cited evidence does not back: skipped hops or guesses.
       f"{prefix}shortcut_rate": float(np.mean(rubric[correct] < shortcut_threshold))
       if correct.any() else 0.0,
+      # Correct answers whose every rubric counts (on a chain, the whole chain cited).
+      f"{prefix}full_chain_rate": float(np.mean(rubric[correct] >= 1.0))
+      if correct.any() else 0.0,
       f"{prefix}cited_pages": _mean(len(b.cited_urls) for b in breakdowns),
       # Of the answers citing received pages (how many: answers_citing_received; 0 when none):
       # the exact answer is what those pages state.

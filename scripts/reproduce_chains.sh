@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The paper's comparison and ablations in miniature, on the chain world (configs/chain_cpu.py:
+# every answer is two cited pages away, one rubric per page). For each seed k:
+#   1. the cold start (configs/chain_cpu.py:sft, --config.seed=k) into OUT_DIR/sft_seed<k>;
+#   2. from it, with the same seed and budget, one RL run per method into
+#      OUT_DIR/<method>_seed<k>, two at a time: grpo (outcome reward only), cgrpo (the paper,
+#      a = 0.3), noconn (C-GRPO, a supported rubric counts without connecting to the answer:
+#      --config.judge.require_connected=False) and rubric (C-GRPO, a = 1.0); alpha01 (a = 0.1)
+#      when named in CARR_JAX_METHODS;
+# then OUT_DIR/summary.json, OUT_DIR/table.md and OUT_DIR/shortcuts.png
+# (python -m carr_jax.shortcut_report; its --help defines every metric, full_chain_rate too).
+#   bash scripts/reproduce_chains.sh [OUT_DIR]                 (default workdir/chains)
+#   CARR_JAX_SEEDS="0 1 2" CARR_JAX_METHODS="grpo cgrpo noconn rubric alpha01" bash ...
+# Runs go two at a time, one core each (scripts/run_lanes.sh); logs in OUT_DIR/*.log; every
+# run resumes when rerun. Extra args go to every RL run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh
+out="$(realpath -m "${1:-workdir/chains}")"
+shift || true
+start=$(date +%s)
+seeds=(${CARR_JAX_SEEDS:-0 1 2})
+export CARR_JAX_METHODS="${CARR_JAX_METHODS:-grpo cgrpo noconn rubric}"
+bash scripts/run_lanes.sh sft "$out" configs/chain_cpu.py:sft "${seeds[@]}"
+for seed in "${seeds[@]}"; do
+  bash scripts/run_lanes.sh rl "$out" configs/chain_cpu.py:main "$seed" \
+    "$out/sft_seed$seed/checkpoints" "$@"
+done
+methods="${CARR_JAX_METHODS// /,}"
+"${CARR_JAX_VENV:-.venv}/bin/python" -m carr_jax.shortcut_report "$out" \
+  --wall-s "$(( $(date +%s) - start ))" --methods "$methods"
