@@ -44,14 +44,19 @@ _PUBLISHED = "2020-01-01"
 def chain_terms(questions: list[Question], rng: random.Random,
                 hops: int) -> dict[str, tuple[str, ...]]:
   """question text -> its chain of `hops` terms: the question's own link, then one term per
-  further hop, each marker's 3-digit codes distinct across questions (drawn from `rng`)."""
+  further hop. Every number in the world is used once, links included (drawn from `rng`), so
+  no term's search can find another term's page."""
   if not 2 <= hops <= len(MARKERS):
     raise ValueError(f"a chain has 2 to {len(MARKERS)} hops, got {hops}")
-  if len(questions) > 900:
-    raise ValueError(f"at most 900 chain questions (3-digit codes), got {len(questions)}")
-  codes = [rng.sample(range(100, 1000), len(questions)) for _ in MARKERS[1:hops]]
-  return {q.text: (question_term(q),) + tuple(f"{m} {c[i]}" for m, c in zip(MARKERS[1:], codes))
-          for i, q in enumerate(questions)}
+  links = [question_term(q) for q in questions]
+  free = sorted(set(range(100, 1000)) - {int(t.split()[1]) for t in links})
+  need = len(questions) * (hops - 1)
+  if need > len(free):
+    raise ValueError(f"{len(questions)} questions of {hops} hops need {need} more 3-digit "
+                     f"codes; {len(free)} are left")
+  codes = iter(rng.sample(free, need))
+  return {q.text: (link,) + tuple(f"{m} {next(codes)}" for m in MARKERS[1:hops])
+          for q, link in zip(questions, links)}
 
 
 def page_sentence(terms: tuple[str, ...], i: int, kind: str) -> str:
