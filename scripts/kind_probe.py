@@ -11,9 +11,10 @@ of questions whose right option is the likelier (greedy accuracy between the two
 mean P(first option | one of the two) on each relation. A policy that ignores the question
 gives the same number on every relation.
 
-On lookup and reference worlds it first prints how well the policy copies the link number
-into its query (the expert's searched episode, teacher-forced up to each digit: P(all
-digits) and the share copied greedily), then feeds instead the "lookup" expert's episodes up
+On lookup, reference and chain worlds it first prints how well the policy copies the link
+number into its query (the expert's searched episode, teacher-forced up to each digit: P(all
+digits) and the share copied greedily; on a chain also the next search's code, read off the
+first page), then feeds instead the "lookup" expert's episodes up
 to the first answer word of the final reply (its reasoning included): the tool-free one (does
 the policy read the relation?) and the searched one (the question, the glossary search, the page it
 returned: does it read the page it received?). It also splits the questions by the gold
@@ -44,6 +45,7 @@ from carr_jax.model import qwen3 as model_lib  # noqa: E402
 from rollout import chat  # noqa: E402
 
 REPLY_START = "\n</think>\n\n## Exact Answer\n"  # generated before the answer word
+_MARKED = re.compile(r"\b(link|code|entry|note) $")  # a term's marker word (world/chain.py)
 
 
 def probe_inputs(fmt: chat.ChatFormat, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -91,18 +93,22 @@ def expert_inputs(episodes: list[dict], option_ids: list[int]) -> tuple[np.ndarr
   return right_padded(seqs)
 
 
-def query_copy_inputs(fmt: chat.ChatFormat, searched: list[dict]
+def query_copy_inputs(fmt: chat.ChatFormat, searched: list[dict], hop: int = 0
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The `searched` expert episodes cut before each digit of the link number in the query.
+  """The `searched` expert episodes cut before each digit of the number in search `hop`'s
+  query (0: the question's link; on a chain, 1: the code read off the first page).
 
   Returns ([N*D, T] token ids, [N*D] lengths, [N*D] the digit token that comes next), where
-  D is the link's digit count: the rows of question i ask for its link's digits in order.
+  D is the number's digit count: the rows of question i ask for its digits in order.
   """
   digit_ids = {fmt.encode(str(d))[0] for d in range(10)}
   seqs, targets = [], []
   for ep in searched:
     ids, mask = ep["token_ids"], ep["loss_mask"]
-    i = next(i for i in range(mask.index(1), len(ids)) if ids[i] in digit_ids)
+    numbers = [i for i in range(1, len(ids))  # generated digits right after a term's marker
+               if mask[i] and ids[i] in digit_ids
+               and _MARKED.search(fmt.tokenizer.decode(ids[max(0, i - 4):i]))]
+    i = numbers[hop]  # the searches come before the reply, whose citations hold digits too
     while ids[i] in digit_ids:  # the query's number, digit by digit
       seqs.append(ids[:i])
       targets.append(ids[i])
@@ -138,11 +144,13 @@ def next_token_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray,
   return p[np.arange(len(p)), columns], p.argmax(1) == columns
 
 
-def print_query_copy(params, cfg, name: str, tokens, lengths, targets, n: int) -> None:
-  """The teacher-forced copy of the link into the query: P(every digit) and greedy exact."""
+def print_query_copy(params, cfg, name: str, tokens, lengths, targets, n: int,
+                     hop: int = 0) -> None:
+  """The teacher-forced copy of a number into search `hop`'s query: P(every digit) and
+  greedy exact."""
   p, top = next_token_probs(params, cfg, tokens, lengths, targets)  # [N*D] each
   p, top = p.reshape(n, -1), top.reshape(n, -1)  # [N, D]
-  print(f"query copy: {name}: P(link digits) {p.prod(1).mean():.4f} | greedy exact "
+  print(f"query copy, search {hop}: {name}: P(digits) {p.prod(1).mean():.4f} | greedy exact "
         f"{top.all(1).mean():.3f} | P(digit k) {np.round(p.mean(0), 3).tolist()} | n={n}")
 
 
@@ -161,7 +169,7 @@ def _probe(args: argparse.Namespace) -> None:
   option_ids = [fmt.encode(o) for o in options]
   if any(len(ids) != 1 for ids in option_ids):
     raise ValueError(f"every option must be one token; got {dict(zip(options, option_ids))}")
-  inputs, copy_inputs = {"": probe_inputs(fmt, records)}, None
+  inputs, copy_inputs = {"": probe_inputs(fmt, records)}, []
   if "term" in records[0]["metadata"]["gold"]:  # lookup / reference: the expert's episodes
     from rollout.tools.corpus import CorpusBackend
     backend = CorpusBackend.from_records(corpus)
@@ -169,7 +177,8 @@ def _probe(args: argparse.Namespace) -> None:
                 for searched in (False, True)}
     inputs = {f"{name}: ": expert_inputs(episodes[searched], [i[0] for i in option_ids])
               for name, searched in (("tool-free", False), ("searched", True))}
-    copy_inputs = query_copy_inputs(fmt, episodes[True])
+    hops = len(records[0]["metadata"]["gold"].get("chain", [None]))
+    copy_inputs = [query_copy_inputs(fmt, episodes[True], hop) for hop in range(hops)]
   right = np.array([options.index(r["label"]) for r in records])  # [N]
   golds = [r["metadata"]["gold"] for r in records]
   evidence_only = np.array([not g.get("shortcut", True) for g in golds])  # [N]
@@ -178,8 +187,8 @@ def _probe(args: argparse.Namespace) -> None:
   relations = [relation_of(r) for r in records]
   for checkpoint in args.checkpoint:
     params = policy_params(config, cfg, checkpoint)[0]
-    if copy_inputs is not None:
-      print_query_copy(params, cfg, checkpoint, *copy_inputs, len(records))
+    for hop, copy in enumerate(copy_inputs):
+      print_query_copy(params, cfg, checkpoint, *copy, len(records), hop)
     for name, (tokens, lengths) in inputs.items():
       print_option_probs(option_probs(params, cfg, tokens, lengths,
                                       [ids[0] for ids in option_ids]),  # [N, K]

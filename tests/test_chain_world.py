@@ -23,6 +23,7 @@ from configs import chain_cpu
 from judge import Judge, JudgeConfig
 from rollout import chat
 from tests.test_lookup_world import judged_expert_episodes
+from tests.test_reference_world import load_kind_probe
 from tests.test_tokenizer import qwen3_tokenizer
 
 
@@ -104,6 +105,24 @@ def test_expert_episode_is_full_credit_and_fits_the_rl_limits(world, judged):
         assert b.rubric_reward == 0.0
   assert longest_episode <= 0.9 * rollout.max_context_tokens, longest_episode
   assert longest_turn <= 0.9 * rollout.max_turn_tokens, longest_turn
+
+
+def test_the_copy_probe_asks_for_each_search_number(world):
+  """scripts/kind_probe.py on a chain: search 0's rows ask for the question's link digits,
+  search 1's for the code digits read off the first page, each cut right before its digit."""
+  probe = load_kind_probe()
+  fmt = chat.ChatFormat(qwen3_tokenizer())
+  records = world.eval[:4]
+  searched = probe.expert_episodes(fmt, records, world.corpus_backend(), True)
+  for hop in (0, 1):
+    tokens, lengths, targets = probe.query_copy_inputs(fmt, searched, hop)
+    assert len(targets) == 3 * len(records)
+    for i, record in enumerate(records):
+      term = _gold(record)["chain"][hop]  # "code 270"
+      assert fmt.tokenizer.decode(targets[3 * i:3 * i + 3]) == term.split()[1]
+      for k in range(3):
+        prefix = fmt.tokenizer.decode(tokens[3 * i + k][:lengths[3 * i + k]])
+        assert prefix.endswith(f'"query": "glossary {term[:len(term) - 3 + k]}')
 
 
 def _rescored(world, judged, edit, **judge_kw):
