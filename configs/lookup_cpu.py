@@ -87,12 +87,12 @@ def get_config(arg=None):
   c.data.group_size = 8
   c.optim.learning_rate = 3e-4
   c.optim.warmup_steps = 3
-  c.train.num_steps = 30
+  c.train.num_steps = 40
   c.train.eval_every = 10
   c.train.eval_questions = 64
   c.train.eval_samples = 2
   c.checkpoint.every = 10
   if arg == "main":  # held-out avg@4 at the start and the end only
-    c.train.eval_every = 30
+    c.train.eval_every = c.train.num_steps
     c.train.eval_samples = 4
   return c

@@ -7,9 +7,10 @@
 #                                                     and OUT_DIR/cgrpo_seed<SEED>; with
 #                                                     CARR_JAX_METHODS="grpo cgrpo noconn ..."
 #                                                     those methods, two at a time
-# Two runs go side by side, each pinned to one core (taskset) when there are two: the tiny
-# policy's step gains little from a second core (benchmarks/README.md `## demo`), so a pair
-# takes about the time of one. Each run logs to <its workdir>.log and resumes when rerun; a failed
+# Two runs go side by side, each pinned to one core (taskset) when there are two; a run left
+# without a partner gets both cores. (On 2 quiet cores a run alone is ~1.8x faster than
+# pinned to one, benchmarks/README.md `## demo`: pairs and runs in turn take about the
+# same time.) Each run logs to <its workdir>.log and resumes when rerun; a failed
 # run fails the stage after its partner ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,9 +28,14 @@ pin() {  # pin CORE CMD...: CMD on core CORE when the machine has two
 }
 
 pair() {  # pair "CMD_A" "CMD_B" LOG_A LOG_B: both at once, one core each; fails if either did
+  # (CMD_A alone, with CMD_B empty, gets every core)
   local a b status=0
-  pin 0 bash -c "$1" > "$3" 2>&1 & a=$!
-  if [ -n "$2" ]; then pin 1 bash -c "$2" > "$4" 2>&1 & b=$!; fi
+  if [ -n "$2" ]; then
+    pin 0 bash -c "$1" > "$3" 2>&1 & a=$!
+    pin 1 bash -c "$2" > "$4" 2>&1 & b=$!
+  else
+    bash -c "$1" > "$3" 2>&1 & a=$!
+  fi
   wait "$a" || { status=1; tail -n 20 "$3"; }
   if [ -n "$2" ]; then wait "$b" || { status=1; tail -n 20 "$4"; }; fi
   return $status
