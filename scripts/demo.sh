@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The main job on its CPU default (configs/lookup_cpu.py, the reference world): sets up .venv
 # if needed, then
-#   1. cold-start SFT of the tiny policy (600 steps, ~12 min on 2 cores) into $workdir/sft: an
+#   1. cold-start SFT of the tiny policy (900 steps, ~10 min on 2 quiet cores) into $workdir/sft: an
 #      expert that searches the question's own glossary entry and cites it on one of two
 #      samples, and answers the relation's usual kind without a tool (the shortcut) on the other;
-#   2. C-GRPO from that policy into $workdir/rl (~7-8 min), with the browser tools. It ends with
+#   2. 40 C-GRPO steps from that policy into $workdir/rl (~5 min), with the browser tools. It ends with
 #      held-out avg@4 at the start and the end, overall and on the evidence-only questions
 #      (where the shortcut is wrong); last line
 #      `heldout_accuracy start=... end=... n=... samples=...`.

@@ -13,8 +13,9 @@
 #   CARR_JAX_SEEDS="0 1 2 3 4" bash scripts/reproduce_shortcuts.sh   the main job's seed table
 # Runs go two at a time, one core each (scripts/run_lanes.sh); logs in OUT_DIR/*.log; every
 # run resumes when rerun (a finished one is not redone). Extra args go to every RL run.
-# Time: ~56 min for 3 seeds on 2 cores, from its stages' measured times (SFT pair of 600 steps
-# ~12.5 min, RL pair ~10 min; docs/results.md); 5 seeds ~88 min.
+# Time, estimated from its stages' measured step times (docs/results.md): ~57 min for 3 seeds on
+# 2 cores (SFT pair of 900 steps ~17.5 min, the third SFT alone on both cores ~10 min, an RL
+# pair of 40 steps ~9.5 min); 5 seeds ~95 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
