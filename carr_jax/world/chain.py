@@ -85,7 +85,8 @@ def glossary_pages(g: nx.MultiDiGraph, questions: list[Question],
 
 
 def entity_id(terms: tuple[str, ...], i: int) -> str:
-  """The placeholder of terms[i] (i >= 1): E1 is the last term, nearest the answer."""
+  """The placeholder of terms[i] (1 <= i < len): E1 is the last term, nearest the answer;
+  i = len(terms) is the answer, E0."""
   return f"E{len(terms) - i}"
 
 
@@ -93,7 +94,7 @@ def rubric(terms: tuple[str, ...], i: int) -> tuple[str, list[str]]:
   """Rubric i of a chain and its placeholder ids: page i's statement, with the hidden terms
   and the kind as placeholders."""
   ids = [] if i == 0 else [entity_id(terms, i)]
-  ids.append(entity_id(terms, i + 1) if i + 1 < len(terms) else "E0")
+  ids.append(entity_id(terms, i + 1))  # past the last term: E0
   head = terms[0][0].upper() + terms[0][1:] if i == 0 else f"<{ids[0]}>"
   verb = "continues under" if i + 1 < len(terms) else "is of the kind"
   return f"{head} {verb} <{ids[-1]}>.", ids
