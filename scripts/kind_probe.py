@@ -40,12 +40,13 @@ from carr_jax.jobs import components
 from carr_jax.jobs import tasks as data_lib  # noqa: E402
 from carr_jax.jobs.evaluate import policy_params  # noqa: E402
 from carr_jax.model import decode  # noqa: E402
+from carr_jax.world.chain import MARKERS  # noqa: E402
 from carr_jax.world.expert import ExpertConfig, expert_episode, looks_up  # noqa: E402
 from carr_jax.model import qwen3 as model_lib  # noqa: E402
 from rollout import chat  # noqa: E402
 
 REPLY_START = "\n</think>\n\n## Exact Answer\n"  # generated before the answer word
-_MARKED = re.compile(r"\b(link|code|entry|note) $")  # a term's marker word (world/chain.py)
+_MARKED = re.compile(rf"\b({'|'.join(MARKERS)}) $")  # a glossary term's marker word
 
 
 def probe_inputs(fmt: chat.ChatFormat, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:

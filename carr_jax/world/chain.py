@@ -32,13 +32,11 @@ import random
 import networkx as nx
 
 from carr_jax.world import named
-from carr_jax.world.lookup import glossary_url, question_term, usual_kind
-from carr_jax.world import ontology as on
+from carr_jax.world.lookup import glossary_entry, question_term, relation_words, usual_kind
 from carr_jax.world.pages import EntityPage
 from carr_jax.world.questions import Question
 
 MARKERS = ("link", "code", "entry", "note")  # the marker word of each hop's term, in order
-_PUBLISHED = "2020-01-01"
 
 
 def chain_terms(questions: list[Question], rng: random.Random,
@@ -69,12 +67,7 @@ def page_sentence(terms: tuple[str, ...], i: int, kind: str) -> str:
 
 def chain_pages(terms: tuple[str, ...], kind: str) -> list[EntityPage]:
   """The glossary pages of one chain, in hop order."""
-  out = []
-  for i, term in enumerate(terms):
-    sentence = page_sentence(terms, i, kind)
-    out.append(EntityPage(f"glossary:{term}", glossary_url(term), f"Glossary: {term}", sentence,
-                          _PUBLISHED, {("glossary",): sentence}))
-  return out
+  return [glossary_entry(term, page_sentence(terms, i, kind)) for i, term in enumerate(terms)]
 
 
 def glossary_pages(g: nx.MultiDiGraph, questions: list[Question],
@@ -117,5 +110,5 @@ def gold_annotations(g: nx.MultiDiGraph, q: Question, terms: tuple[str, ...]) ->
   return {"entities": entities, "rubrics": rubrics, "shortcut": q.shortcut, "hops": len(terms),
           "options": list(named.KINDS), "term": terms[0], "chain": list(terms),
           "shortcut_answer": usual_kind(q),
-          "relation": on.RELATIONS[q.hops[0].relation].forward.format(x="").strip()}
+          "relation": relation_words(q)}
 

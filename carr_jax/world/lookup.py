@@ -60,6 +60,11 @@ def question_term(q: Question) -> str:
   code = _CODE.search(q.text)
   if code:
     return code.group(1) or code.group(2)
+  return relation_words(q)
+
+
+def relation_words(q: Question) -> str:
+  """The question's relation as worded in it: "studied at"."""
   return on.RELATIONS[q.hops[0].relation].forward.format(x="").strip()
 
 
@@ -72,10 +77,14 @@ def glossary_url(term: str) -> str:
   return f"https://{DOMAIN}/glossary/{term.replace(' ', '_')}"
 
 
-def glossary_page(term: str, kind: str) -> EntityPage:
-  sentence = f"Whatever a subject {_phrase(term)} is of the kind {kind}."
+def glossary_entry(term: str, sentence: str) -> EntityPage:
+  """The glossary page of `term`, whose one sentence is its evidence."""
   return EntityPage(f"glossary:{term}", glossary_url(term), f"Glossary: {term}", sentence,
                     _PUBLISHED, {("glossary",): sentence})
+
+
+def glossary_page(term: str, kind: str) -> EntityPage:
+  return glossary_entry(term, f"Whatever a subject {_phrase(term)} is of the kind {kind}.")
 
 
 def glossary_pages(g: nx.MultiDiGraph, questions: list[Question]) -> dict[str, EntityPage]:
@@ -170,7 +179,7 @@ def gold_annotations(g: nx.MultiDiGraph, q: Question) -> dict:
           "shortcut": q.shortcut, "hops": 1, "options": list(named.KINDS), "term": term}
   if is_reference(q):
     gold["shortcut_answer"] = usual_kind(q)
-    gold["relation"] = on.RELATIONS[q.hops[0].relation].forward.format(x="").strip()
+    gold["relation"] = relation_words(q)
   return gold
 
 
