@@ -160,6 +160,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.optim = ml_collections.ConfigDict()
   c.optim.learning_rate = 2e-6  # constant (paper: 2e-6)
   c.optim.warmup_steps = 0  # linear warmup (paper: none)
+  c.optim.decay_from = 0  # with decay_steps > 0: the step where a linear decay to 0 starts
+  c.optim.decay_steps = 0  # its length (warmup-stable-decay); 0 = constant (paper)
   c.optim.b1 = 0.9
   c.optim.b2 = 0.98  # (paper: 0.98)
   c.optim.eps = 1e-8  # Adam's epsilon; larger damps updates of parameters with tiny gradients

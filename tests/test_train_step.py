@@ -142,6 +142,17 @@ def test_warmup_and_clipping_optimizer():
   assert float(jnp.abs(updates["w"]).max()) == 0.0
 
 
+def test_warmup_stable_decay_schedule():
+  """Linear warmup to the peak, constant, then linear to 0 over decay_steps, 0 after."""
+  lr = ts.learning_rate(ts.OptimConfig(learning_rate=2.0, warmup_steps=4, decay_from=10,
+                                       decay_steps=4))
+  got = [float(lr(i)) for i in (0, 2, 4, 9, 10, 11, 13, 14, 20)]
+  np.testing.assert_allclose(got, [0.0, 1.0, 2.0, 2.0, 2.0, 1.5, 0.5, 0.0, 0.0], atol=1e-6)
+  assert ts.learning_rate(ts.OptimConfig(learning_rate=2.0)) == 2.0
+  with pytest.raises(ValueError, match="inside the warmup"):
+    ts.learning_rate(ts.OptimConfig(warmup_steps=4, decay_from=2, decay_steps=4))
+
+
 def test_packed_and_unpacked_batches_give_the_same_step():
   """Trajectories packed several to a row == one per row (loss, metrics and update)."""
   from carr_jax.rl import packing

@@ -20,9 +20,9 @@ and the log-probs scattered back to [R, S] (0 elsewhere), which changes no loss 
 gradient, since every other slot has loss mask 0 (tests/test_train_step.py).
 
 Optimizer: AdamW (paper: lr 2e-6 constant, betas 0.9/0.98, weight decay 0.1) with optional
-linear warmup and global-norm clipping; weight decay skips norm scales (Megatron's default,
-which the release inherits). Master weights stay in the params' dtype (fp32); the model
-casts to its compute dtype.
+linear warmup, a final linear decay to 0 (warmup-stable-decay) and global-norm clipping;
+weight decay skips norm scales (Megatron's default, which the release inherits). Master
+weights stay in the params' dtype (fp32); the model casts to its compute dtype.
 """
 from __future__ import annotations
 
@@ -50,6 +50,8 @@ BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_mask", "adv
 class OptimConfig:
   learning_rate: float = 2e-6
   warmup_steps: int = 0
+  decay_from: int = 0  # with decay_steps > 0: from this step, linear decay to 0 ...
+  decay_steps: int = 0  # ... over this many steps (warmup-stable-decay); 0: constant
   b1: float = 0.9
   b2: float = 0.98
   eps: float = 1e-8
@@ -81,12 +83,26 @@ def _decay_mask(params):
       lambda path, _: not re.search(r"norm", sharding.path_str(path)), params)
 
 
-def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
-  lr: Any = cfg.learning_rate
+def learning_rate(cfg: OptimConfig) -> Any:
+  """A float, or optax's schedule: linear warmup, constant, then linear decay to 0."""
+  if cfg.warmup_steps <= 0 and cfg.decay_steps <= 0:
+    return cfg.learning_rate
+  if cfg.decay_steps > 0 and cfg.decay_from < cfg.warmup_steps:
+    raise ValueError(f"optim.decay_from={cfg.decay_from} is inside the warmup "
+                     f"(optim.warmup_steps={cfg.warmup_steps})")
+  pieces, bounds = [], []
   if cfg.warmup_steps > 0:
-    lr = optax.join_schedules(
-        [optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps),
-         optax.constant_schedule(cfg.learning_rate)], [cfg.warmup_steps])
+    pieces.append(optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps))
+    bounds.append(cfg.warmup_steps)
+  pieces.append(optax.constant_schedule(cfg.learning_rate))
+  if cfg.decay_steps > 0:
+    pieces.append(optax.linear_schedule(cfg.learning_rate, 0.0, cfg.decay_steps))
+    bounds.append(cfg.decay_from)
+  return optax.join_schedules(pieces, bounds)
+
+
+def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
+  lr = learning_rate(cfg)
   adamw = optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
                       weight_decay=cfg.weight_decay, mask=_decay_mask)
   if cfg.grad_clip_norm > 0:
