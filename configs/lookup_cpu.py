@@ -13,7 +13,7 @@ which run, from the CLIs, for seed k:
         --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k \
         --config.reward.mode=grpo
 
-(no variant: the same RL run with held-out avg@2 every 20 steps.)
+(no variant: the same RL run with held-out avg@2 every 25 steps.)
 
 Reference questions (`data.world_style="reference"`, carr_jax/world/lookup.py) ask the kind
 of the thing a named subject's relation points to, and give each question its own link
@@ -31,9 +31,10 @@ searches and answers what the page says, citing it; on the other it answers the 
 usual kind without a tool (the shortcut, wrong on exceptions). Copying the question's link
 into the query is learned as a sudden transition at a seed-dependent SFT step (before 400 on
 two of five seeds measured, between 400 and 900 on the others; one had copied on 20% of
-held-out questions at 600), hence 900 steps. RL then decides between
-the two: the outcome reward pays the search only on exceptions, C-GRPO's rubric term pays
-it on every right answer. Measured results, over seeds: docs/results.md.
+held-out questions at 600), hence 900 steps, the last 100 decaying the learning rate to 0
+(without the decay one seed's cold start looped on a quarter of its episodes). RL then
+decides between the two: the outcome reward pays the search only on exceptions, C-GRPO's
+rubric term pays it on every right answer. Measured results, over seeds: docs/results.md.
 """
 from configs import base
 
@@ -90,8 +91,8 @@ def get_config(arg=None):
   c.data.group_size = 8
   c.optim.learning_rate = 3e-4
   c.optim.warmup_steps = 3
-  c.train.num_steps = 40
-  c.train.eval_every = 20
+  c.train.num_steps = 50  # 40 left seed 3's shortcut rate at 0.07 (docs/results.md)
+  c.train.eval_every = 25
   c.train.eval_questions = 64
   c.train.eval_samples = 2
   c.checkpoint.every = 10

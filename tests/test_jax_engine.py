@@ -3,6 +3,7 @@
   .venv/bin/python -m pytest tests/test_jax_engine.py -q
 """
 import asyncio
+import threading
 
 import jax
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from carr_jax.model import decode as D
 from carr_jax.model import hf_io
 from carr_jax.model import qwen3 as M
-from carr_jax.model.engine import JaxEngine, bucket
+from carr_jax.model.engine import JaxEngine, bucket, length_bucket
 from rollout.engines.base import InvalidTokenIdsError, SamplingParams
 from tests.test_decode import tiny_setup
 
@@ -177,6 +178,9 @@ def test_invalid_ids_raise_and_too_long_prompts_fail(tiny):
 def test_abort_queued_and_running_requests(tiny):
   cfg, params = tiny
   engine = JaxEngine(params, cfg, max_batch=2)
+  # The first batch waits for the aborts, so a loaded machine cannot finish it unseen.
+  gate, generate_batch = threading.Event(), engine._generate_batch
+  engine._generate_batch = lambda *a: gate.wait(60) and generate_batch(*a)
 
   async def go():
     tasks = [asyncio.create_task(engine.generate(p, GREEDY, rid=f"r{i}"))
@@ -185,6 +189,7 @@ def test_abort_queued_and_running_requests(tiny):
       await asyncio.sleep(0.001)
     await engine.abort("r2")
     await engine.abort("r0")
+    gate.set()
     return await asyncio.gather(*tasks)
   r0, r1, r2 = run(go())
   assert (r2.finish_reason, r2.output_ids) == ("abort", [])
@@ -195,6 +200,13 @@ def test_abort_queued_and_running_requests(tiny):
 def test_shapes_are_bucketed(tiny):
   cfg, params = tiny
   assert [bucket(n, 16) for n in (1, 16, 17, 100)] == [16, 16, 32, 128]
+  # Prompt lengths: quarter steps between powers of two, so at most 1.25x padding above the
+  # minimum and four shapes per doubling.
+  assert [length_bucket(n, 16) for n in (1, 16, 17, 257, 280, 350, 448, 449)] == [
+      16, 16, 20, 320, 320, 384, 448, 512]
+  sizes = [length_bucket(n, 16) for n in range(1, 2049)]
+  assert all(n <= b <= max(16, 1.25 * n) for n, b in zip(range(1, 2049), sizes))
+  assert len(set(b for b in sizes if 512 < b <= 1024)) == 4
   engine = JaxEngine(params, cfg, max_batch=4)
   gather(engine, PROMPTS[:2], [GREEDY] * 2)
   compiled = D.generate_jit._cache_size()

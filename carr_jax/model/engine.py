@@ -15,8 +15,10 @@ requests arriving while a batch runs form the next. Each row keeps its own sampl
 parameters. The batch runs in a worker thread, so the event loop (tool calls, judge
 requests) keeps going meanwhile.
 
-Shapes are bucketed to powers of two (rows, prompt length, new tokens, stop-id slots) so a
-run compiles a handful of times; padding rows generate nothing.
+Shapes are bucketed so a run compiles a handful of times: rows, new tokens and stop-id
+slots to powers of two, the prompt length to quarter steps between them (`length_bucket`:
+at most 1.25x padding where a power of two can waste almost 2x; the KV cache is prompt bucket
+plus new tokens); padding rows generate nothing.
 
 Randomness: a request's 32-bit seed hashes the engine seed, the weight version served when it
 is submitted and its rid (`request_seed`), and row draws depend only on that seed and the
@@ -59,6 +61,19 @@ def bucket(n: int, minimum: int = 1) -> int:
   return 1 << (n - 1).bit_length()
 
 
+def length_bucket(n: int, minimum: int = 1) -> int:
+  """Smallest of `bucket(n, minimum)`'s lower power of two p plus a multiple of p/4 that is >= n.
+
+  Four shapes per doubling: 280 -> 320, 350 -> 384, 430 -> 448 (powers of two: all 512).
+  """
+  top = bucket(n, minimum)
+  half = top // 2
+  if half < max(minimum, 4):
+    return top
+  step = half // 4
+  return half + -(-(n - half) // step) * step
+
+
 @dataclasses.dataclass
 class _Request:
   prompt_ids: list[int]
@@ -71,7 +86,7 @@ class _Request:
 
 def _pack(batch: Sequence[_Request], rows: int, min_len: int) -> dict[str, np.ndarray]:
   """Requests -> right-padded numpy arguments of `decode.generate` with `rows` rows."""
-  prompt_len = bucket(max(len(r.prompt_ids) for r in batch), min_len)
+  prompt_len = length_bucket(max(len(r.prompt_ids) for r in batch), min_len)
   stop_slots = bucket(max(len(r.params.stop_token_ids) for r in batch), 2)
   args = {"tokens": np.zeros((rows, prompt_len), np.int32),
           "lengths": np.ones((rows,), np.int32),  # padding rows: one token, no output
