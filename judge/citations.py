@@ -38,7 +38,7 @@ _RELEASE_CITATION = re.compile(r"\[\d+\]\((" + _URL + r")\)(?=[\],])")
 _PLAIN_CITATION = re.compile(r"\[\d+\]\((" + _URL + r")\)")
 _READER_PREFIXES = ("view-source:", "https://r.jina.ai/", "http://r.jina.ai/")
 _SEARCH_FIELD = re.compile(
-    r"^\[(\d+)\][ \t]*(Title|URL Source|Description|Date|Published Time):[ \t]?(.*)$")
+    r"^\[(\d{1,6})\][ \t]*(Title|URL Source|Description|Date|Published Time):[ \t]?(.*)$")
 _OPEN_FIELD = re.compile(r"^(Title|URL Source|Published Time):[ \t]*(.*)$")
 _MARKDOWN_MARK = re.compile(r"(?m)^Markdown Content:[ \t]*\n?")
 # A history may name a tool as the model calls it ("browser.open") or by its kind alone ("open").

@@ -41,7 +41,8 @@ from judge.citations import build_context, collect_pages, extract_citations
 from judge.config import JudgeConfig
 from judge.llm import ChatClient, Metrics, StepError, Usage
 from judge.records import (JudgeInput, RequestError, cut_references, exact_answer,
-                           final_response, input_from_records, parse_request)
+                           exact_answer_sections, final_response, input_from_records,
+                           parse_request)
 from judge.rubric_graph import connected_rubrics, entity_ids, fill, placeholders
 
 logger = logging.getLogger(__name__)
@@ -166,6 +167,8 @@ class Judge:
         breakdown.warnings.append(f"final answer cut to {self.config.max_response_chars} chars")
       response = cut_references(response)
       reason = "" if response else "nothing before the References heading"
+      if exact_answer_sections(response) > 1:
+        reason = "more than one Exact Answer section: no single answer"
     if reason:
       breakdown.outcome_reason = breakdown.rubric_reason = reason
       return

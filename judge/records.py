@@ -99,6 +99,7 @@ def parse_request(data: Any, text_limit: int = 1_000_000, *, max_rubrics: int | 
     label = str(label)
   label = as_text(label, text_limit)
   _require(label is not None, "label", "must be a string")
+  _require(bool(label.strip()), "label", "must not be empty or blank")
   _require(isinstance(data["task_unfinished"], bool), "task_unfinished", "must be a boolean")
   env = data["remote_env_info"]
   _require(isinstance(env, dict), "remote_env_info", "must be an object")
@@ -108,6 +109,8 @@ def parse_request(data: Any, text_limit: int = 1_000_000, *, max_rubrics: int | 
   question = as_text(forbidden[0], text_limit)
   _require(question is not None, "remote_env_info.search_forbidden_strs[0]",
            "must be a string (the question)")
+  _require(bool(question.strip()), "remote_env_info.search_forbidden_strs[0]",
+           "must not be empty or blank (the question)")
   rubrics = env.get("rubrics", [])
   _require(isinstance(rubrics, list), "remote_env_info.rubrics", "must be a list of strings")
   _require(max_rubrics is None or len(rubrics) <= max_rubrics, "remote_env_info.rubrics",
@@ -189,6 +192,8 @@ def final_response(history: list, limit: int) -> tuple[str | None, str]:
     return None, "last message is not an assistant answer"
   if "content" not in last:
     return None, "final assistant message has no content"
+  if last.get("tool_calls"):
+    return None, "final assistant message still calls tools"
   text = _message_text(last["content"], limit)
   if text is None:
     return None, f"final answer is not text ({type(last['content']).__name__})"
@@ -203,6 +208,11 @@ def cut_references(response: str) -> str:
   for last in _REFERENCES_HEADING.finditer(response):
     pass
   return (response[:last.start()] if last else response).strip()
+
+
+def exact_answer_sections(response: str) -> int:
+  """How many `## Exact Answer` headings the response has (a committed answer has one)."""
+  return sum(1 for _ in _EXACT_ANSWER_HEADING.finditer(response))
 
 
 def exact_answer(response: str) -> str | None:

@@ -12,7 +12,7 @@ import re
 
 import networkx as nx
 
-PLACEHOLDER = re.compile(r"<(E\d+)>")
+PLACEHOLDER = re.compile(r"<(E\d{1,4})>")  # E0 .. E9999; a longer id is text, not an entity
 
 
 def placeholders(rubric: str) -> list[str]:
