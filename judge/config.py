@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import urllib.parse
 from typing import Any
 
 BACKENDS = ("llm", "gold")
@@ -67,6 +68,9 @@ class JudgeConfig:
     for name in ("timeout", "deadline_s"):
       if not getattr(self, name) > 0:
         raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+    if "@" in urllib.parse.urlsplit(self.base_url).netloc:  # never echo it: it may hold a key
+      raise ValueError("base_url: must not hold user info (user:password@); the key goes in "
+                       "the environment variable that api_key_env names")
 
   def api_key(self) -> str | None:
     """The key from the environment, or None (local servers need none)."""

@@ -7,9 +7,14 @@ Run: python -m pytest tests/judge/test_secrets.py -q
 """
 import json
 import logging
+import os
+import pathlib
+import subprocess
+import sys
 
 import fastapi
 import httpx
+import pytest
 
 from carr_common.redaction import REDACTED, redact
 from judge import Judge, JudgeConfig, to_request
@@ -66,3 +71,21 @@ def test_echoed_authorization_header_never_stored_or_logged(monkeypatch, caplog)
   for secret in (KEY, KEY[3:], "other-secret-token-value"):
     assert secret not in stored
     assert secret not in caplog.text
+
+
+def test_user_info_in_the_judge_url_is_refused_without_echoing_it():
+  """`--base-url http://user:PASSWORD@host/v1` would log the password in the start-up line
+  and make the client send Basic auth: the real server process refuses it, naming the flag
+  and not the password."""
+  root = pathlib.Path(__file__).resolve().parents[2]
+  password = "pw-loopback-9f8e7d6c5b4a"
+  for url in (f"http://judge:{password}@127.0.0.1:9/v1", f"http://{password}@127.0.0.1:9/v1"):
+    with pytest.raises(ValueError, match="base_url: must not hold user info") as error:
+      JudgeConfig(base_url=url)
+    assert password not in str(error.value)
+    done = subprocess.run([sys.executable, "-m", "judge.server", "--base-url", url, "--port",
+                           "9"], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "base_url: must not hold user info" in done.stderr
+    assert password not in done.stdout + done.stderr
