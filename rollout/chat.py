@@ -248,7 +248,7 @@ class AssistantTurn:
     return msg
 
 
-_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
 _STOP_TEXTS = ("<|im_end|>", "<|endoftext|>")
 MAX_CALL_DEPTH = 16  # a tool call nested deeper is ill-formed (the real schemas need 2)
 
@@ -293,6 +293,25 @@ def _parse_call(body: str, tool_names: Collection[str] | None) -> ToolCall:
   return ToolCall(name=name, arguments=args)
 
 
+def _split_calls(text: str) -> tuple[list[str], list[str]]:
+  """(the text between tool calls, the bodies of `<tool_call>...</tool_call>`), in one linear
+  scan (a lazy regex rescans to the end from every unclosed tag: quadratic)."""
+  opens, closes = text.count(_CALL_OPEN), text.count(_CALL_CLOSE)
+  problem = ChatFormatError("unclosed_tool_call", f"{opens} opened, {closes} closed")
+  pieces, bodies, pos = [], [], 0
+  while (start := text.find(_CALL_OPEN, pos)) >= 0:
+    end = text.find(_CALL_CLOSE, start + len(_CALL_OPEN))
+    if end < 0:
+      raise problem
+    pieces.append(text[pos:start])
+    bodies.append(text[start + len(_CALL_OPEN):end])
+    pos = end + len(_CALL_CLOSE)
+  pieces.append(text[pos:])
+  if not opens == closes == len(bodies):  # a nested open, or a close without its open
+    raise problem
+  return pieces, bodies
+
+
 def parse_assistant(text: str, tool_names: Collection[str] | None = None) -> AssistantTurn:
   """Splits generated text (after `<think>\\n`) into reasoning, content and tool calls.
 
@@ -312,12 +331,9 @@ def parse_assistant(text: str, tool_names: Collection[str] | None = None) -> Ass
   before, after = text.split("</think>")
   reasoning = before.rstrip("\n").split("<think>")[-1].strip("\n")
   after = after.lstrip("\n")
-  opens, closes = after.count("<tool_call>"), after.count("</tool_call>")
-  bodies = _CALL_RE.findall(after)
-  if not opens == closes == len(bodies):
-    raise ChatFormatError("unclosed_tool_call", f"{opens} opened, {closes} closed")
+  pieces, bodies = _split_calls(after)
   calls = tuple(_parse_call(b, tool_names) for b in bodies)
-  content = "\n".join(s.strip("\n") for s in _CALL_RE.split(after)[::2] if s.strip())
+  content = "\n".join(s.strip("\n") for s in pieces if s.strip())
   return AssistantTurn(reasoning=reasoning, content=content, tool_calls=calls)
 
 

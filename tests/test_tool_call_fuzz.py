@@ -11,6 +11,7 @@ import asyncio
 import collections
 import json
 import random
+import time
 
 from carr_common.safe_text import json_depth
 from rollout import chat
@@ -113,6 +114,24 @@ def test_deep_nesting_and_huge_integers_are_ill_formed():
   ok = 'r</think><tool_call>{"name": "browser.search", "arguments": {"query": "q", ' \
        f'"num": {"9" * 4000}}}}}</tool_call>'
   assert check_turn(ok) == "ok"  # within Python's digit limit: parsed, then clamped by tools
+
+
+def test_unclosed_tag_storms_are_ill_formed_in_linear_time():
+  """16,384 tags in the orders that made a lazy regex rescan to the end from every open tag
+  (14.7 s for closes-then-opens before the linear scan; cgrpo_qwen3_4b allows 16,384-token
+  turns, parsed in the rollout's event loop). The 1 s bound is hundreds of times what the
+  linear scan takes here (~2 ms) and 15x below what the quadratic parse took."""
+  k = 16_384
+  call = '{"name": "browser.search", "arguments": {"query": "q"}}'
+  storms = ["<tool_call>\n" * k, "</tool_call>" * k + "<tool_call>" * k,
+            "<tool_call>" * k + "</tool_call>" * k, ("<tool_call>" + call) * k + "</tool_call>"]
+  for storm in storms:
+    start = time.perf_counter()
+    assert check_turn("r</think>" + storm) == "unclosed_tool_call"
+    assert time.perf_counter() - start < 1.0
+  calls = "".join(f"<tool_call>{call}</tool_call>\n" for _ in range(k))
+  turn = chat.parse_assistant("r</think>" + calls, TOOL_NAMES)  # well formed: every call kept
+  assert len(turn.tool_calls) == k and turn.content == ""
 
 
 class OneTurnEngine(Engine):
