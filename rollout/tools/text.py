@@ -8,7 +8,7 @@ words is matched whole, on word boundaries, instead.
 Find: exact case-insensitive occurrences first (in page order), then approximate "windows"
 where at least 80% of the pattern's words (counted with multiplicity) appear within a run of
 the page's words slightly longer than the pattern; each match is returned with about 200
-characters of context on each side. Run `python -m pytest tests/test_tools.py` for examples.
+characters of context on each side. Examples: tests/tools/test_session.py.
 """
 from __future__ import annotations
 
@@ -90,10 +90,22 @@ def _fuzzy_matches(pattern: str, page: str, taken: list[Match], limit: int) -> l
   width = n + FUZZY_EXTRA_WORDS
   found: list[Match] = []
   occupied = [(m.start, m.end) for m in taken]
-  i = 0
+  # The window tokens[lo:hi] slides: covered = sum over w of min(target[w], window[w]) is
+  # updated per word in and out, so the scan is linear in the page, whatever the pattern.
+  window: collections.Counter = collections.Counter()
+  covered = lo = hi = i = 0
   while i < len(tokens) and len(found) < limit:
-    window = collections.Counter(tokens[i:i + width])
-    covered = sum(min(c, window[w]) for w, c in target.items())
+    if i > hi:  # jumped past the window: start a new one
+      window.clear()
+      covered, lo, hi = 0, i, i
+    for w in tokens[lo:i]:
+      window[w] -= 1
+      covered -= window[w] < target[w]
+    lo = i
+    for w in tokens[hi:min(i + width, len(tokens))]:
+      covered += window[w] < target[w]
+      window[w] += 1
+    hi = max(hi, min(i + width, len(tokens)))
     if covered / n >= FUZZY_MIN_OVERLAP:
       # Trim the window to its first and last pattern word so the span is tight.
       idx = [j for j in range(i, min(i + width, len(tokens))) if tokens[j] in target]
