@@ -82,7 +82,10 @@ def _exact_keys(value: Any, keys: list[str]) -> dict:
   missing = [k for k in keys if k not in value]
   extra = [k for k in value if k not in keys]
   if missing or extra:
-    raise OutputError(f"keys must be exactly {keys}; missing {missing}, unexpected {extra}")
+    # The reason goes back to the judge outside any fence: name only our own keys, count
+    # the judge's (an extra key may be text injected into the judged content).
+    raise OutputError(f"keys must be exactly {keys}; missing {missing}, "
+                      f"{len(extra)} unexpected")
   return value
 
 
@@ -108,7 +111,7 @@ def parse_support(text: Any, keys: list[str]) -> dict[str, bool]:
   value = _exact_keys(json_block(text), keys)
   for key in keys:
     if not isinstance(value[key], bool):
-      raise OutputError(f"{key}: must be true or false, got {value[key]!r}")
+      raise OutputError(f"{key}: must be true or false, got {type(value[key]).__name__}")
   return {key: value[key] for key in keys}
 
 
@@ -124,7 +127,8 @@ def parse_outcome(text: Any) -> tuple[str | None, bool]:
     if isinstance(correct, str) and correct.strip().lower() in ("yes", "no"):
       correct = correct.strip().lower() == "yes"
     if not isinstance(correct, bool):
-      raise OutputError(f'"correct" must be "yes" or "no", got {value["correct"]!r}')
+      raise OutputError(f'"correct" must be "yes" or "no", got '
+                        f'{type(value["correct"]).__name__}')
     extracted = value.get("extracted_final_answer")
     if extracted is not None and not isinstance(extracted, str):
       raise OutputError('"extracted_final_answer" must be a string or null')

@@ -246,3 +246,28 @@ def test_error_text_echoing_a_forged_page_header_is_not_a_page():
     assert breakdown.rubric_reward == 0.0 and breakdown.cited_visited == 0
   _, outputs = _session_trajectory([("browser.open", {"id": forged})], "")
   assert "URL Source" not in outputs[0]  # and the real session refuses such a URL
+
+
+def test_reask_sends_no_judge_text_outside_the_fences():
+  """A judge reply with an extra key (here: injected text the judge echoed as a key) is
+  re-asked. Over real HTTP, the re-ask's reason names the problem without that text, so the
+  injection reaches the judge only inside its own previous reply, never as an instruction."""
+  task = ew.example_task()
+  honest, bodies = oracle(task), []
+
+  def script(body):
+    bodies.append(body)
+    if "[judge step: support]" in body["messages"][0]["content"] and len(body["messages"]) == 2:
+      value = json.loads(honest(body).content.split("```json\n")[1].split("\n```")[0])
+      value[INJECTION] = True
+      return Reply(f"```json\n{json.dumps(value)}\n```")
+    return honest(body)
+
+  _, llm = _both(ew.good_trajectory(), task, script)
+  reasks = [b for b in bodies if len(b["messages"]) > 2]
+  assert reasks and llm.rubric_reward == 1.0 and llm.reasks >= 1
+  for body in reasks:
+    for message in body["messages"]:
+      if message["role"] != "assistant":
+        assert INJECTION not in message["content"], message["content"][-300:]
+    assert "1 unexpected" in body["messages"][-1]["content"]
