@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
+from rollout.tools.text import one_line
+
 
 class BackendError(Exception):
   """A failure the agent should read about (page missing, URL refused, API down, ...)."""
@@ -54,9 +56,9 @@ class Page:
 
   def render(self) -> str:
     """The full text an `open` shows (before the character cap) and `find` searches."""
-    head = [f"Title: {self.title}", f"URL Source: {self.url}"]
+    head = [f"Title: {one_line(self.title)}", f"URL Source: {one_line(self.url)}"]
     if self.published_time:
-      head.append(f"Published Time: {self.published_time}")
+      head.append(f"Published Time: {one_line(self.published_time)}")
     return "\n\n".join(head) + "\n\nMarkdown Content:\n" + self.content
 
 

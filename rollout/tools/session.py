@@ -22,7 +22,7 @@ from carr_common.safe_text import clean_text
 from carr_common.vocab import FIND, KIND_OF_TOOL, OPEN, SEARCH
 from rollout.tools import schemas
 from rollout.tools.backend import Backend, BackendError, Page, SearchHit
-from rollout.tools.text import LeakFilter, find_matches, format_matches
+from rollout.tools.text import LeakFilter, find_matches, format_matches, one_line
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +39,10 @@ class ToolResult:
   url: str | None = None  # the page an open/find result comes from
 
 
-def _one_line(text: str) -> str:
-  return " ".join(text.split())
-
-
 def format_search(hits: Sequence[SearchHit]) -> str:
   return "\n\n".join(
-      f"[{i}] Title: {_one_line(h.title)}\n[{i}] URL Source: {h.url}\n"
-      f"[{i}] Description: {_one_line(h.snippet)}" for i, h in enumerate(hits))
+      f"[{i}] Title: {one_line(h.title)}\n[{i}] URL Source: {one_line(h.url)}\n"
+      f"[{i}] Description: {one_line(h.snippet)}" for i, h in enumerate(hits))
 
 
 class BrowserSession:

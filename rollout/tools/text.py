@@ -25,6 +25,12 @@ FUZZY_EXTRA_WORDS = 2  # a window may hold this many words beyond the pattern's 
 _WORD_RE = re.compile(r"[\u4e00-\u9fff]|[^\W_\u4e00-\u9fff]+")
 
 
+def one_line(text: str) -> str:
+  """Whitespace runs (newlines included) as single spaces: a field of a tool output's header
+  can never start a line of its own, so it cannot forge another `URL Source:` line."""
+  return " ".join(text.split())
+
+
 def words(text: str) -> list[str]:
   return _WORD_RE.findall(text.lower())
 

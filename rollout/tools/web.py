@@ -141,6 +141,13 @@ class _LoopState:
     await self.client.aclose()
 
 
+def _is_link(value: Any) -> bool:
+  """A search API's `link` worth showing: a non-empty string with no whitespace or control
+  character (a newline in it could forge the next result's `URL Source:` line)."""
+  return (isinstance(value, str) and bool(value)
+          and not any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value))
+
+
 class WebBackend:
   """Search API + page reader; see the module docstring."""
 
@@ -238,7 +245,7 @@ class WebBackend:
       organic = response.json().get("organic", [])
       hits = [SearchHit(str(item.get("title", "")), str(item["link"]),
                         str(item.get("snippet", "")))
-              for item in organic if isinstance(item, dict) and item.get("link")]
+              for item in organic if isinstance(item, dict) and _is_link(item.get("link"))]
     except (ValueError, AttributeError) as e:
       raise BackendError(f"Search failed: unreadable response ({type(e).__name__}).") from None
     hits = hits[:num]
