@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ipaddress
+import re
 import socket
 from urllib.parse import urlsplit, urlunsplit
 
@@ -31,8 +32,11 @@ _FORBIDDEN_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
     "0.0.0.0/8", "100.64.0.0/10", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24",
     "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4",
     "::/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32", "3fff::/20",
-    "5f00::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8"))
+    "5f00::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
+    "168.63.129.16/32"))  # a cloud platform's host endpoint (public space, internal use)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT IPv4-translated, RFC 2765
+_NUMERIC_LABEL = re.compile(r"0x[0-9a-f]*|[0-9]+")
 _BACKSLASH = "\\"  # WHATWG parsers read it as "/" in http(s) authorities, urlsplit does not
 
 
@@ -56,21 +60,33 @@ def _normal_host(raw: str, url: str) -> str:
     host = host[:-1]
   if not host or host.endswith(".") or ".." in host:
     raise _refuse(url, "the URL has no valid host")
+  if "%" in host and ":" not in host:  # a WHATWG parser decodes it; urlsplit does not
+    raise _refuse(url, "percent-encoded host names are not allowed")
   try:
     ipaddress.ip_address(host)
     return host
   except ValueError:
     pass
+  if _NUMERIC_LABEL.fullmatch(host.rsplit(".", 1)[-1]):
+    # WHATWG reads a host whose last label is a number as IPv4 (octal, hex, fewer parts);
+    # only the canonical dotted quad, accepted above, means the same to every parser.
+    raise _refuse(url, "numeric hosts must be written as a plain dotted-quad address")
   try:
     return host.encode("idna").decode("ascii")
   except UnicodeError:
     raise _refuse(url, "the host name is not valid") from None
 
 
-def parse_target(url: str) -> Target:
-  """The one URL parser for checks and fetches; raises BackendError(code="refused_url")."""
+def refuse_ambiguous_characters(url: str) -> None:
+  """Raises the refusal for backslashes, whitespace and control characters (also in a
+  relative redirect Location, before anything joins it)."""
   if any(c == _BACKSLASH or c.isspace() or not c.isprintable() for c in url):
     raise _refuse(url, "the URL contains characters that parsers read differently")
+
+
+def parse_target(url: str) -> Target:
+  """The one URL parser for checks and fetches; raises BackendError(code="refused_url")."""
+  refuse_ambiguous_characters(url)
   try:
     parts = urlsplit(url)
     raw_host, port = parts.hostname, parts.port
@@ -96,7 +112,7 @@ def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
   """The IPv4 address an IPv6 address carries (mapped, NAT64, 6to4, Teredo), or None."""
   if ip.ipv4_mapped is not None:
     return ip.ipv4_mapped
-  if ip in _NAT64:
+  if ip in _NAT64 or ip in _TRANSLATED:
     return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
   if ip.sixtofour is not None:
     return ip.sixtofour

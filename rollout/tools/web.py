@@ -39,7 +39,8 @@ import httpx
 from carr_common.http_retry import (AttemptFailed, GaveUp, LoopPool, RetryPolicy, status_failure,
                                     with_retries)
 from rollout.tools.backend import BackendError, Page, SearchHit
-from rollout.tools.url_policy import check_url, parse_target, pinned_request
+from rollout.tools.url_policy import (check_url, parse_target, pinned_request,
+                                      refuse_ambiguous_characters)
 
 SERPER_SEARCH_URL = "https://google.serper.dev/search"
 JINA_READER_URL = "https://r.jina.ai"
@@ -141,6 +142,20 @@ class _LoopState:
     await self.client.aclose()
 
 
+_EMBEDDED_URL = re.compile(r"(?i)https?:.*")  # a URL inside a reader URL's path
+
+
+def _join(base: str, location: str) -> str:
+  """A redirect's absolute URL; a Location that parsers read differently is the guard's
+  refusal, not a transport error."""
+  refuse_ambiguous_characters(location)
+  try:
+    return str(httpx.URL(base).join(location))
+  except (httpx.InvalidURL, ValueError):
+    raise BackendError(f"Refused to follow the redirect to {location!r}: not a valid URL.",
+                       code="refused_url") from None
+
+
 def _is_link(value: Any) -> bool:
   """A search API's `link` worth showing: a non-empty string with no whitespace or control
   character (a newline in it could forge the next result's `URL Source:` line)."""
@@ -218,12 +233,24 @@ class WebBackend:
     logical, extensions = url, {}  # logical: the URL before pinning, for relative Locations
     for _ in range(self.config.max_redirects + 1):
       self.http_requests += 1
-      response = await client.request(method, url, extensions=extensions, **kwargs)
+      try:
+        response = await client.request(method, url, extensions=extensions, **kwargs)
+      except (httpx.InvalidURL, httpx.RemoteProtocolError) as e:
+        # httpx reads a redirect's Location itself and raises on one it cannot parse
+        # (a backslash, an octal address): that is the guard's refusal, not a transport error.
+        if isinstance(e, httpx.RemoteProtocolError) and "location" not in str(e).lower():
+          raise
+        raise BackendError(f"Refused to follow a redirect from {logical}: its Location is "
+                           "not a URL every parser reads alike.", code="refused_url") from None
       location = response.headers.get("location")
       if not response.is_redirect or location is None:
         return response
-      target = parse_target(str(httpx.URL(logical).join(location)))
+      target = parse_target(_join(logical, location))
       if (target.scheme, target.host, target.port) in trusted:
+        # A hop back to the reader names the page it will read: that page is checked too.
+        embedded = _EMBEDDED_URL.search(target.url.split("://", 1)[1])
+        if embedded:
+          await check_url(embedded.group(0), allow_private=self.config.allow_private)
         url = logical = target.url
         extensions = {}
         continue

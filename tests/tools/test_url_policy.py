@@ -6,6 +6,7 @@ Run: python -m pytest tests/tools/test_url_policy.py -q
 """
 import asyncio
 import dataclasses
+import ipaddress
 
 import fastapi
 import httpx
@@ -31,9 +32,48 @@ REFUSED = [
     "http://192.0.0.8/", "http://192.88.99.1/", "http://198.18.0.1/", "http://100.64.0.1/",
     "http://240.0.0.1/", "http://0.0.0.0/", "http://255.255.255.255/", "http://224.0.0.1/",
     "http://192.0.2.1/", "http://x..example/", "ftp://93.184.216.34/", "http://[::1]:99999/",
+    # issue 26: leading-zero and short numeric forms, SIIT-translated IPv6, a cloud host
+    # endpoint in public space, percent-encoded dotted hosts
+    "http://0127.0.0.1/", "http://0x7f000001/", "http://127.0.1/", "http://93.184.216.034/",
+    "http://[::ffff:0:7f00:1]/", "http://[::ffff:0:127.0.0.1]/", "http://[::ffff:0:a9fe:a9fe]/",
+    "http://168.63.129.16/", "http://[::ffff:168.63.129.16]/", "http://127%2E0%2E0%2E1/",
+    "http://%31%32%37.0.0.1/", "http://localhost%2E/",
 ]
 ALLOWED = ["http://93.184.216.34/a?b=1", "https://[2606:4700:4700::1111]/",
            "http://[64:ff9b::5db8:d822]/", "http://[2002:5db8:d822::1]/"]
+
+
+# Internal addresses (loopback, private, link-local metadata, shared, cloud host endpoint,
+# reserved) in every spelling a URL parser might read as that address.
+INTERNAL = ["127.0.0.1", "127.255.255.254", "10.0.0.1", "10.255.255.255", "172.16.0.1",
+            "192.168.1.1", "169.254.169.254", "100.100.100.200", "0.0.0.0", "168.63.129.16",
+            "192.0.0.170", "198.18.0.1"]
+
+
+def spellings(ip: str) -> list[str]:
+  octets = [int(o) for o in ip.split(".")]
+  number = int(ipaddress.IPv4Address(ip))
+  high, low = number >> 16, number & 0xFFFF
+  return [f"http://{ip}/", f"http://{ip}:8080/x", f"http://{number}/", f"http://{hex(number)}/",
+          "http://0{:o}.{}.{}.{}/".format(*octets),
+          "http://" + ".".join(hex(o) for o in octets) + "/", f"http://{ip}./",
+          f"http://[::ffff:{ip}]/", f"http://[::ffff:0:{ip}]/", f"http://[64:ff9b::{ip}]/",
+          f"http://[2002:{high:x}:{low:x}::1]/", "http://" + ip.replace(".", "%2E") + "/",
+          f"http://93.184.216.34@{ip}/", f"http://93.184.216.34\\@{ip}/"]
+
+
+SPELLED = [url for ip in INTERNAL for url in spellings(ip)]
+
+
+def test_at_least_150_url_forms_are_held():
+  assert len(set(REFUSED + SPELLED)) >= 150
+
+
+@pytest.mark.parametrize("url", SPELLED)
+def test_every_spelling_of_an_internal_address_is_refused(url):
+  with pytest.raises(BackendError) as info:
+    asyncio.run(check_url(url))
+  assert info.value.code == "refused_url"
 
 
 @pytest.mark.parametrize("url", REFUSED)
@@ -75,6 +115,14 @@ class Listeners:
         return RedirectResponse(self.internal_url + "/secret", status_code=302)
       if target.endswith("/loop"):
         return RedirectResponse("/reader/http://93.184.216.34/loop", status_code=302)
+      if target.endswith("/via-reader"):  # back to the reader, naming an internal page
+        return RedirectResponse(f"/reader/{self.internal_url}/secret", status_code=302)
+      if target.endswith("/backslash"):
+        return PlainTextResponse("", status_code=302,
+                                 headers={"location": "http:\\\\127.0.0.1\\secret"})
+      if target.endswith("/octal"):
+        return PlainTextResponse("", status_code=302,
+                                 headers={"location": "http://0177.0.0.1/secret"})
       return PlainTextResponse(f"Title: T\nURL Source: {target}\n\nMarkdown Content:\nhello")
 
     return app
@@ -119,6 +167,18 @@ def test_redirect_to_an_internal_address_is_refused(listeners):
   assert not result.ok and result.error == "refused_url", result.text
   assert state.reader_hits == 1 and state.internal_hits == []
   assert "TOP SECRET" not in result.text
+
+
+@pytest.mark.parametrize("path", ["via-reader", "backslash", "octal"])
+def test_redirect_hops_are_checked_and_refused_as_such(listeners, path):
+  """A hop back to the reader's own origin still names the page the reader will fetch:
+  that page is checked (it was trusted with the origin). A Location with a backslash or an
+  octal address is the guard's refusal, not a transport error."""
+  state, reader = listeners
+  result = _open(reader, f"http://93.184.216.34/{path}")
+  assert not result.ok and result.error == "refused_url", result.text
+  assert state.internal_hits == [] and "TOP SECRET" not in result.text
+  assert state.reader_hits == 1
 
 
 def test_redirects_are_bounded(listeners):
