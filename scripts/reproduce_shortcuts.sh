@@ -13,9 +13,9 @@
 #   CARR_JAX_SEEDS="0 1 2 3 4" bash scripts/reproduce_shortcuts.sh   the main job's seed table
 # Runs go two at a time, one core each (scripts/run_lanes.sh); logs in OUT_DIR/*.log; every
 # run resumes when rerun (a finished one is not redone). Extra args go to every RL run.
-# Time, estimated from its stages' measured step times (docs/results.md): ~57 min for 3 seeds on
-# 2 cores (SFT pair of 900 steps ~17.5 min, the third SFT alone on both cores ~10 min, an RL
-# pair of 40 steps ~9.5 min); 5 seeds ~95 min.
+# Time, measured end to end for 3 seeds from a fresh clone on 2 cores (docs/results.md): 60 min
+# 42 s with set-up (SFT pair of 900 steps ~20.5 min, the third SFT alone on both cores ~11
+# min, three RL pairs of 50 steps ~10 min each); 5 seeds ~100 min estimated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
