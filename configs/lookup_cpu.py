@@ -80,8 +80,8 @@ def get_config(arg=None):
     c.sft.num_steps = 900  # the link copy is learned at a seed-dependent step, 250 to 900
     c.optim.learning_rate = 3e-3
     c.optim.warmup_steps = 5
-    c.optim.decay_from = 800  # the last 100 steps settle the policy (docs/results.md)
-    c.optim.decay_steps = 100
+    c.optim.decay_steps = 100  # the last 100 steps settle the policy (docs/results.md)
+    c.optim.decay_from = c.sft.num_steps - c.optim.decay_steps
     c.checkpoint.every = 50
     return c
   if arg not in (None, "main"):

@@ -2,10 +2,9 @@
 # The main job on its CPU default (configs/lookup_cpu.py, the reference world): sets up .venv
 # if needed, then
 #   1. cold-start SFT of the tiny policy (900 steps, the last 100 decaying the learning rate;
-#      10.5 min on 2 quiet cores) into
-#      $workdir/sft: an expert that searches the question's own glossary entry and cites it on
-#      one of two samples, and answers the relation's usual kind without a tool (the
-#      shortcut) on the other;
+#      10.5 min on 2 quiet cores) into $workdir/sft: an expert that searches the question's
+#      own glossary entry and cites it on one of two samples, and answers the relation's
+#      usual kind without a tool (the shortcut) on the other;
 #   2. 50 C-GRPO steps from that policy into $workdir/rl (~5.5 min), with the browser tools. It
 #      ends with held-out avg@4 at the start and the end, overall and on the evidence-only
 #      questions (where the shortcut is wrong); last line
