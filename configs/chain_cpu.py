@@ -1,7 +1,13 @@
 """The chain world: the reference world's questions, their evidence two glossary pages long.
 
-    python -m carr_jax.sft --config configs/chain_cpu.py:sft --workdir OUT/sft_seedk \
+    bash scripts/reproduce_chains.sh [OUT_DIR]  # per seed: two SFT stages, then the methods
+
+which run, from the CLIs, for seed k:
+
+    python -m carr_jax.sft --config configs/lookup_cpu.py:sft --workdir OUT/ref_sft_seedk \
         --config.seed=k
+    python -m carr_jax.sft --config configs/chain_cpu.py:sft --workdir OUT/sft_seedk \
+        --config.checkpoint.init_dir=OUT/ref_sft_seedk/checkpoints --config.seed=k
     python -m carr_jax.train --config configs/chain_cpu.py:main --workdir OUT/cgrpo_seedk \
         --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k
 
@@ -13,6 +19,14 @@ Each page is one rubric: "Link 417 continues under <E1>." and "<E1> is of the ki
 the rubric reward pays identification (naming code 733), support (citing both pages) and
 connectivity (the first rubric reaches E0 only through the second). The expert's cited episode
 makes 2 searches in ~560 tokens (tests/test_chain_world.py).
+
+The cold start has two stages. Trained on chain episodes from a random start, the policy has
+to learn to copy the question's link and a code off a page at once, and the one run measured
+(seed 0) had begun neither copy by step 600. So it starts from the reference world's cold
+start (configs/lookup_cpu.py:sft, which copies the link and reads a one-page answer) and
+learns the second hop in 300 more steps, the last 100 decaying the learning rate to 0:
+greedy copy of the link and of the page's code exact on all 100 held-out questions at step
+300 on the seeds measured (docs/results.md `## The chain world`).
 """
 from configs import lookup_cpu
 
@@ -33,6 +47,12 @@ def get_config(arg=None):
   """`arg` "sft": the cold start; "main": C-GRPO with held-out avg@4 at the start and end."""
   c = lookup_cpu.get_config(arg)
   chain_world(c)
-  if arg == "sft":
+  if arg == "sft":  # the second stage; checkpoint.init_dir: the reference cold start
     c.sft.expert_max_hops = 2
+    c.sft.num_steps = 300
+    c.optim.decay_from = c.sft.num_steps - c.optim.decay_steps
+    return c
+  c.train.num_steps = 30  # a chain step costs ~2x a reference step (2 searches, 640 columns)
+  if arg == "main":
+    c.train.eval_every = c.train.num_steps
   return c
