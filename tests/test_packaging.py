@@ -18,6 +18,8 @@ import sysconfig
 import tomllib
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from setuptools import find_packages
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -61,15 +63,32 @@ def test_every_source_directory_is_a_discovered_package():
   assert not {p for p in packages if p.split(".")[0] not in TOP_LEVEL}  # no tests, scripts
 
 
-def test_templates_are_package_data_and_dependencies_are_the_requirements():
+def test_templates_and_console_scripts():
   data = PYPROJECT["tool"]["setuptools"]["package-data"]["rollout"]
   assert [p.name for p in (REPO / "rollout").glob(data[0])] == ["qwen3_thinking.jinja"]
-  dynamic = PYPROJECT["tool"]["setuptools"]["dynamic"]["dependencies"]["file"]
-  assert dynamic == ["requirements.txt"] and "dependencies" in PYPROJECT["project"]["dynamic"]
-  extras = PYPROJECT["project"]["optional-dependencies"]
-  assert extras["test"] == _requirement_lines("requirements-test.txt")
-  assert extras["tpu"] == _requirement_lines("requirements-tpu.txt")
   assert tuple(PYPROJECT["project"]["scripts"]) == CONSOLE_SCRIPTS
+
+
+def _by_name(lines: list[str]) -> dict[str, Requirement]:
+  parsed = [Requirement(line) for line in lines]
+  return {canonicalize_name(r.name): r for r in parsed}
+
+
+@pytest.mark.parametrize("declared, pinned", [
+    (PYPROJECT["project"]["dependencies"], "requirements.txt"),
+    (PYPROJECT["project"]["optional-dependencies"]["test"], "requirements-test.txt"),
+    (PYPROJECT["project"]["optional-dependencies"]["tpu"], "requirements-tpu.txt")])
+def test_declared_ranges_admit_the_pins_and_nothing_is_pinned(declared, pinned):
+  """The wheel declares ranges (installable beside other JAX libraries); requirements*.txt
+  pin one version of each; every range admits its pin, with the same packages and extras."""
+  ranges, pins = _by_name(declared), _by_name(_requirement_lines(pinned))
+  assert set(ranges) == set(pins)
+  for name, spec in ranges.items():
+    pin = next(iter(pins[name].specifier)).version
+    assert spec.specifier.contains(pin), (name, str(spec.specifier), pin)
+    assert spec.extras == pins[name].extras, name
+    assert not any(s.operator == "==" for s in spec.specifier), f"{name} is pinned: {spec}"
+    assert any(s.operator in ("~=", "<") for s in spec.specifier), f"{name} has no upper bound"
 
 
 def _build_wheel(tmp: pathlib.Path) -> pathlib.Path:
