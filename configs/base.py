@@ -176,7 +176,9 @@ def get_config() -> ml_collections.ConfigDict:
   # index with K a multiple of this (coarsely bucketed: few compiled shapes); 0 = logits at
   # every slot (RL only; SFT always gathers). carr_jax.rl.packing.loss_positions.
   c.batch.loss_positions_multiple = 1024
-  c.batch.overflow = "truncate"  # longer than the longest row: "truncate" | "error"
+  # an episode longer than the longest row: "error" (RL: a config whose
+  # rollout.max_context_tokens exceeds it fails at start) | "truncate" (cut it: meant)
+  c.batch.overflow = "error"
   c.batch.coarse_rows = True  # round the row count up to 3 significant bits: few shapes
   c.batch.pad_id = 0  # token id written into padding slots
 

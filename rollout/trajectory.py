@@ -28,12 +28,12 @@ JSON-serialisable dict the judge and the trainer read:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from carr_common import jsonl
 from carr_common.safe_text import json_line
 from carr_common.vocab import STATUSES, TOOL_KINDS
 
@@ -186,5 +186,6 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+  """The records of a trajectory file; a line that is not JSON raises naming its place."""
   with Path(path).open(encoding="utf-8") as f:
-    return [json.loads(line) for line in f if line.strip()]
+    return [value for _, value in jsonl.numbered_records(f, str(path), ValueError)]

@@ -43,10 +43,23 @@ def test_config_resolves_and_shards(name, arg):
   specs = sharding.param_specs(abstract, mesh)  # raises on a missing rule / indivisible dim
   assert len(jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
              ) == len(jax.tree.leaves(abstract))
+  components.packing_config(config, mesh, cfg.vocab_size)  # episodes fit the longest row
   rows = sizes["data"] * sizes["fsdp"] * sizes["expert"] * config.batch.micro_batches
   trajectories = config.data.prompts_per_step * config.data.group_size
   assert trajectories >= rows or name in ("base", "demo_cpu") or arg == "tiny", (
       "fewer trajectories per step than batch shards: devices would idle")
+
+
+def test_an_episode_longer_than_the_longest_row_fails_at_start_unless_cut_on_purpose():
+  from configs import lookup_cpu
+  mesh = AbstractMesh(tuple(1 for _ in sharding.AXES), sharding.AXES)
+  config = lookup_cpu.get_config()
+  config.rollout.max_context_tokens = max(config.batch.row_lengths) + 1
+  with pytest.raises(ValueError, match=r"rollout.max_context_tokens=449 exceeds the longest of "
+                     r"batch.row_lengths \(448\).*batch.overflow='truncate'"):
+    components.packing_config(config, mesh, 1000)
+  config.batch.overflow = "truncate"
+  assert components.packing_config(config, mesh, 1000).overflow == "truncate"
 
 
 def test_paper_values_in_4b_config():

@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh, PartitionSpec as P
 
 from carr_jax.rl import loss as L
 
@@ -303,25 +302,6 @@ def test_micro_batches_sum_then_divide_equals_one_batch():
     np.testing.assert_allclose(got, want, atol=TOL, rtol=0, err_msg=name)
   # The anti-pattern (mean of per-micro-batch means) gives a different loss on this batch.
   assert abs(np.mean(naive) - float(full_loss)) > 1e-3
-
-
-def test_all_reduce_over_devices_equals_global_batch():
-  rng = np.random.default_rng(11)
-  b, t, d, v = 4, 16, 8, 29
-  batch = _batch(rng, b, t, d, v)
-  w = jnp.asarray(rng.normal(size=(d, v)), jnp.float32)
-  cfg = L.LossConfig(importance_sampling="icepop")
-  mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
-
-  def per_device(w, bt):
-    return L.all_reduce(_sums(w, bt, cfg), "data")
-
-  sharded = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P("data")),
-                                  out_specs=P()))
-  got = L.finalize(sharded(w, batch))
-  want = L.finalize(jax.jit(lambda w, bt: _sums(w, bt, cfg))(w, batch))
-  for name, a, b_ in zip(L.LossMetrics._fields, got, want):
-    np.testing.assert_allclose(a, b_, atol=TOL, rtol=0, err_msg=name)
 
 
 def test_chunked_logprobs_never_hold_full_logits_in_forward_or_backward():

@@ -33,10 +33,16 @@ MIX_CASES = [
 ]
 
 
+def mixed(outcome, rubric, valid, mode="paper", alpha=0.3):
+  """The mixed rewards R [P, G] that the trainer's `compute_group_advantages` uses."""
+  return rw.compute_group_advantages(outcome, rubric, valid,
+                                     rw.RewardConfig(mode=mode, alpha=alpha)).rewards
+
+
 @pytest.mark.parametrize("case,mode,outcome,rubric,valid,expected", MIX_CASES,
                          ids=[f"{c[0]}-{c[1]}" for c in MIX_CASES])
 def test_mix_rewards_table(case, mode, outcome, rubric, valid, expected):
-  got = rw.mix_rewards([outcome], [rubric], np.array([valid]), mode=mode, alpha=0.3)
+  got = mixed([outcome], [rubric], np.array([valid]), mode=mode, alpha=0.3)
   np.testing.assert_allclose(got, [expected], rtol=0, atol=1e-12)
 
 
@@ -46,13 +52,13 @@ def test_paper_with_alpha_zero_is_grpo():
   rubric = rng.uniform(size=(5, 8))
   valid = rng.uniform(size=(5, 8)) > 0.2
   np.testing.assert_array_equal(
-      rw.mix_rewards(outcome, rubric, valid, mode="paper", alpha=0.0),
-      rw.mix_rewards(outcome, rubric, valid, mode="grpo"))
+      mixed(outcome, rubric, valid, mode="paper", alpha=0.0),
+      mixed(outcome, rubric, valid, mode="grpo"))
 
 
 def test_groups_are_independent():
   # The Eq. 14 max is per group: group 2's large rubric must not rescale group 1.
-  got = rw.mix_rewards([[1, 0], [1, 0]], [[0.2, 0.1], [0.4, 1.0]], np.ones((2, 2), bool))
+  got = mixed([[1, 0], [1, 0]], [[0.2, 0.1], [0.4, 1.0]], np.ones((2, 2), bool))
   np.testing.assert_allclose(got, [[1.0, 0.0], [0.7 + 0.3 * 0.4, 0.0]], atol=1e-12)
 
 

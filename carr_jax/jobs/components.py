@@ -160,6 +160,13 @@ def reward_config(config: Any) -> rewards.RewardConfig:
 
 
 def packing_config(config: Any, mesh: Any, vocab_size: int) -> packing.PackingConfig:
+  """RL: raises at start when an episode may not fit the longest row and cutting is not meant."""
+  longest = max(config.batch.row_lengths)
+  if ("sft" not in config and config.batch.overflow != "truncate"
+      and config.rollout.max_context_tokens > longest):
+    raise ValueError(f"rollout.max_context_tokens={config.rollout.max_context_tokens} exceeds the "
+                     f"longest of batch.row_lengths ({longest}): lengthen the rows, or set "
+                     "batch.overflow='truncate' to cut such episodes")
   shards = mesh.shape["data"] * mesh.shape["fsdp"] * mesh.shape["expert"]
   return build(packing.PackingConfig, config, vocab_size=vocab_size,
                row_multiple=shards * config.batch.micro_batches)

@@ -68,8 +68,8 @@ def load_eval_records(path: str) -> list[dict]:
   """CaRR records of an eval file; missing ids become `<stem>-<line>`; duplicates are errors."""
   records, seen = [], set()
   stem = Path(path).name.split(".")[0]
-  for lineno, record in enumerate(data_lib.read_jsonl(path), 1):
-    where = f"{path}:{lineno}"
+  for where, record in data_lib.numbered_jsonl(path):
+    lineno = int(where.rsplit(":", 1)[1])
     record = data_lib.validate_record(record, where)
     rid = str(record.get("id", f"{stem}-{lineno:05d}"))
     if rid in seen:

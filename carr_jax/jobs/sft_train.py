@@ -20,6 +20,7 @@ import asyncio
 import logging
 import os
 import time
+from typing import Any
 
 import jax
 
@@ -59,6 +60,18 @@ def sft_examples(config, fmt, workdir: str) -> list[dict]:
   return examples
 
 
+def check_examples_fit(examples: list[dict], batch: Any) -> None:
+  """Every example fits the longest packed row, unless batch.overflow="truncate" (cut them)."""
+  slots = max(batch.row_lengths)
+  over = [i for i, e in enumerate(examples) if len(e["token_ids"]) - 1 > slots]
+  if over and batch.overflow != "truncate":
+    raise sft_data.SFTDataError(
+        f"{len(over)} of {len(examples)} SFT examples are longer than the longest of "
+        f"batch.row_lengths ({slots} slots; example {over[0]} has "
+        f"{len(examples[over[0]]['token_ids'])} tokens): lengthen the rows, or set "
+        "batch.overflow='truncate' to cut them")
+
+
 class SFTTrainer:
   """The parts of an SFT run; `run()` is the loop. Built by `train_sft`."""
 
@@ -68,6 +81,7 @@ class SFTTrainer:
     os.makedirs(self.workdir, exist_ok=True)
     fmt = ChatFormat(components.tokenizer(config))
     examples = sft_examples(config, fmt, self.workdir)
+    check_examples_fit(examples, config.batch)
     s = config.sft
     if not 1 <= s.batch_size <= len(examples):
       raise sft_data.SFTDataError(f"sft.batch_size={s.batch_size} must be in [1, "

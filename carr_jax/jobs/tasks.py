@@ -10,11 +10,12 @@ exactly the questions an uninterrupted run would have seen.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
+from carr_common import jsonl
 
 
 class DataError(ValueError):
@@ -43,21 +44,18 @@ def validate_record(record: Any, where: str) -> dict:
   return record
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
-  rows = []
+def numbered_jsonl(path: str | Path) -> list[tuple[str, Any]]:
+  """(place "<path>:<line number>", value) of each non-blank line; bad JSON: DataError."""
   with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        rows.append(json.loads(line))
-      except json.JSONDecodeError as e:
-        raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-  return rows
+    return list(jsonl.numbered_records(f, str(path), DataError))
+
+
+def read_jsonl(path: str | Path) -> list[Any]:
+  return [value for _, value in numbered_jsonl(path)]
 
 
 def load_records(path: str | Path) -> list[dict]:
-  return [validate_record(r, f"{path}:{i + 1}") for i, r in enumerate(read_jsonl(path))]
+  return [validate_record(r, place) for place, r in numbered_jsonl(path)]
 
 
 def load_tasks(data_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:

@@ -108,7 +108,3 @@ def get_preset(name: str, **overrides: Any) -> Qwen3Config:
   if name not in _PRESETS:
     raise KeyError(f"unknown model preset {name!r}; known: {sorted(_PRESETS)}")
   return _PRESETS[name].replace(**overrides)
-
-
-def preset_names() -> list[str]:
-  return sorted(_PRESETS)

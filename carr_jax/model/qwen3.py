@@ -47,8 +47,7 @@ def _dtype(name: str) -> Any:
   return jnp.dtype(name)
 
 
-def _init(cfg: Qwen3Config):
-  return nn.initializers.normal(stddev=0.02)
+_INIT = nn.initializers.normal(stddev=0.02)  # every weight matrix, embeddings included
 
 
 def project(x: jax.Array, w: jax.Array, n_in: int = 1, **dot_kwargs) -> jax.Array:
@@ -112,10 +111,10 @@ class Attention(nn.Module):
     cfg = self.cfg
     pdt, cdt = _dtype(cfg.param_dtype), _dtype(cfg.compute_dtype)
     d, n, k, h = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    wq = self.param("q_proj", _init(cfg), (d, n, h), pdt)
-    wk = self.param("k_proj", _init(cfg), (d, k, h), pdt)
-    wv = self.param("v_proj", _init(cfg), (d, k, h), pdt)
-    wo = self.param("o_proj", _init(cfg), (n, h, d), pdt)
+    wq = self.param("q_proj", _INIT, (d, n, h), pdt)
+    wk = self.param("k_proj", _INIT, (d, k, h), pdt)
+    wv = self.param("v_proj", _INIT, (d, k, h), pdt)
+    wo = self.param("o_proj", _INIT, (n, h, d), pdt)
     q_scale = self.param("q_norm", nn.initializers.ones, (h,), pdt)
     k_scale = self.param("k_norm", nn.initializers.ones, (h,), pdt)
 
@@ -147,9 +146,9 @@ class MLP(nn.Module):
     cfg = self.cfg
     pdt, cdt = _dtype(cfg.param_dtype), _dtype(cfg.compute_dtype)
     d, f = cfg.hidden_size, cfg.intermediate_size
-    gate = self.param("gate_proj", _init(cfg), (d, f), pdt).astype(cdt)
-    up = self.param("up_proj", _init(cfg), (d, f), pdt).astype(cdt)
-    down = self.param("down_proj", _init(cfg), (f, d), pdt).astype(cdt)
+    gate = self.param("gate_proj", _INIT, (d, f), pdt).astype(cdt)
+    up = self.param("up_proj", _INIT, (d, f), pdt).astype(cdt)
+    down = self.param("down_proj", _INIT, (f, d), pdt).astype(cdt)
     hidden = jax.nn.silu(project(x, gate)) * project(x, up)  # BTD,DF->BTF
     hidden = shard(hidden, BATCH, None, "tensor")
     return project(hidden, down)  # BTF,FD->BTD
@@ -223,10 +222,10 @@ class MoE(nn.Module):
     cfg = self.cfg
     pdt, cdt = _dtype(cfg.param_dtype), _dtype(cfg.compute_dtype)
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-    router = self.param("router", _init(cfg), (d, e), pdt)
-    w_gate = self.param("gate_proj", _init(cfg), (e, d, f), pdt).astype(cdt)
-    w_up = self.param("up_proj", _init(cfg), (e, d, f), pdt).astype(cdt)
-    w_down = self.param("down_proj", _init(cfg), (e, f, d), pdt).astype(cdt)
+    router = self.param("router", _INIT, (d, e), pdt)
+    w_gate = self.param("gate_proj", _INIT, (e, d, f), pdt).astype(cdt)
+    w_up = self.param("up_proj", _INIT, (e, d, f), pdt).astype(cdt)
+    w_down = self.param("down_proj", _INIT, (e, f, d), pdt).astype(cdt)
 
     b, t, _ = x.shape
     tokens = x.reshape(b * t, d)
@@ -272,7 +271,7 @@ class Qwen3(nn.Module):
     cfg = self.cfg
     pdt = _dtype(cfg.param_dtype)
     self.embedding = self.param(
-        "embed", lambda rng, s, dt: {"embedding": _init(cfg)(rng, s, dt)},
+        "embed", lambda rng, s, dt: {"embedding": _INIT(rng, s, dt)},
         (cfg.vocab_size, cfg.hidden_size), pdt)
     layer = DecoderLayer
     if cfg.remat == "full":
@@ -285,7 +284,7 @@ class Qwen3(nn.Module):
     self.final_norm = RMSNorm(cfg, name="final_norm")
     if not cfg.tie_word_embeddings:
       self.lm_head = self.param(
-          "lm_head", lambda rng, s, dt: {"kernel": _init(cfg)(rng, s, dt)},
+          "lm_head", lambda rng, s, dt: {"kernel": _INIT(rng, s, dt)},
           (cfg.hidden_size, cfg.vocab_size), pdt)
 
   def _body(self, tokens, positions, segment_ids, cache):

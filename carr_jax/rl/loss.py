@@ -24,8 +24,8 @@ Deviations from / additions to Eq. 15, all off or neutral by default except the 
   * old, rollout and reference log-probs and advantages are constants (stop-gradient).
 
 `token_loss_sums` returns SUMS (`LossSums`), never means: the train step adds them over
-micro-batches (`combine`) and devices (`all_reduce` inside shard_map, or nothing extra under
-jit with global arrays), then divides once (`finalize`). Gradients likewise: differentiate
+micro-batches (`combine`; under jit with global arrays the sum over devices is part of the
+same program), then divides once (`finalize`). Gradients likewise: differentiate
 `sums.loss` per micro-batch, add the gradients, divide by the total token count (or scale
 each micro-batch's `sums.loss` by 1/N_global when N_global is known up front).
 
@@ -237,17 +237,6 @@ def combine(a: LossSums, b: LossSums) -> LossSums:
     x, y = getattr(a, name), getattr(b, name)
     out[name] = (jnp.minimum(x, y) if name in _MIN_FIELDS else
                  jnp.maximum(x, y) if name in _MAX_FIELDS else x + y)
-  return LossSums(**out)
-
-
-def all_reduce(sums: LossSums, axis_name) -> LossSums:
-  """Reduces per-device sums over a mesh axis; for use inside shard_map / pmap."""
-  out = {}
-  for name in LossSums._fields:
-    x = getattr(sums, name)
-    out[name] = (jax.lax.pmin(x, axis_name) if name in _MIN_FIELDS else
-                 jax.lax.pmax(x, axis_name) if name in _MAX_FIELDS else
-                 jax.lax.psum(x, axis_name))
   return LossSums(**out)
 
 

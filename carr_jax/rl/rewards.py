@@ -122,16 +122,8 @@ def _normalized_rubric(rubric: np.ndarray) -> np.ndarray:
   return np.where(group_max > 0, rubric / np.where(group_max > 0, group_max, 1.0), rubric)
 
 
-def mix_rewards(outcome, rubric, valid, mode: str = "paper", alpha: float = 0.3) -> np.ndarray:
-  """Mixed reward R [P, G] of each rollout (see the module docstring for the modes)."""
-  cfg = RewardConfig(mode=mode, alpha=alpha)
-  valid = _as_valid(valid, np.shape(outcome))
-  outcome = _checked("outcome", outcome, valid)
-  rubric = _checked("rubric", rubric, valid)
-  return _mix(outcome, rubric, valid, cfg)
-
-
 def _mix(outcome, rubric, valid, cfg: RewardConfig) -> np.ndarray:
+  """Mixed reward R [P, G] of each rollout (see the module docstring for the modes)."""
   a = cfg.alpha
   if cfg.mode == "paper":
     r = (1 - a) * outcome + a * outcome * _normalized_rubric(rubric)
