@@ -132,6 +132,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.judge.max_rubrics = 256  # rubrics per request
   c.judge.max_history_messages = 4096  # messages per history
   c.judge.max_json_depth = 64  # nesting depth of the request JSON
+  c.judge.max_json_values = 2**18  # JSON values per request body (counted before parsing)
+  c.judge.body_timeout_s = 30.0  # s to receive a request body; past it 408
   c.judge.deadline_s = 600.0  # s per trajectory, retries included; past it both rewards are 0
 
   c.reward = ml_collections.ConfigDict()

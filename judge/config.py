@@ -51,6 +51,10 @@ class JudgeConfig:
   max_rubrics: int = 256  # rubrics per request (paper's questions have ~3-10)
   max_history_messages: int = 4096  # messages per history (100 tool calls need ~200)
   max_json_depth: int = 64  # nesting of the request JSON (a release request needs 5)
+  # JSON values per body, bounded before parsing by its ',' '[' '{' bytes (those inside
+  # strings too): parse work stays ~0.1 s (a 100-call trajectory has ~10^4)
+  max_json_values: int = 2**18
+  body_timeout_s: float = 30.0  # an /evaluate body not fully received by then gets 408
   deadline_s: float = 600.0  # seconds per trajectory, all judge calls and retries included;
   # past it both rewards are 0 with reason "deadline" (timeouts x retries alone allow > 1 h)
 
@@ -59,13 +63,13 @@ class JudgeConfig:
       raise ValueError(f"backend: must be one of {BACKENDS}, got {self.backend!r}")
     for name in ("concurrency", "max_citations", "max_response_chars", "max_context_chars",
                  "max_tool_output_chars", "max_body_bytes", "max_rubrics",
-                 "max_history_messages", "max_json_depth"):
+                 "max_history_messages", "max_json_depth", "max_json_values"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
     for name in ("retries", "max_reasks"):
       if getattr(self, name) < 0:
         raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
-    for name in ("timeout", "deadline_s"):
+    for name in ("timeout", "deadline_s", "body_timeout_s"):
       if not getattr(self, name) > 0:
         raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
     if "@" in urllib.parse.urlsplit(self.base_url).netloc:  # never echo it: it may hold a key

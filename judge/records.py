@@ -62,10 +62,14 @@ def _require(cond: bool, field: str, message: str) -> None:
     raise RequestError(field, message)
 
 
-def load_body(body: bytes | str, max_depth: int) -> Any:
-  """The JSON value of a request body; RequestError("body", ...) when it is not valid JSON
-  (bad UTF-8, too-long integers and RecursionError from thousands of brackets included) or
-  nests deeper than `max_depth`."""
+def load_body(body: bytes, max_depth: int, max_values: int) -> Any:
+  """The JSON value of a request body; RequestError("body", ...) when it may hold more than
+  `max_values` values (bounded before parsing: every value after the first follows a ',', a
+  '[' or a '{'), is not valid JSON (bad UTF-8, too-long integers and RecursionError from
+  thousands of brackets included) or nests deeper than `max_depth`."""
+  bound = 1 + sum(body.count(c) for c in (b",", b"[", b"{"))
+  _require(bound <= max_values, "body",
+           f"up to {bound} JSON values, the limit is {max_values} (max_json_values)")
   try:
     data = json.loads(body)
   except RecursionError:

@@ -146,6 +146,19 @@ def _free_port():
     return sock.getsockname()[1]
 
 
+def _wait_healthy(process: subprocess.Popen, url: str, timeout_s: float = 60) -> None:
+  """Until the server process at `url` answers /health (fails if it exits or times out)."""
+  deadline = time.monotonic() + timeout_s
+  while True:
+    try:
+      if httpx.get(url + "/health").status_code == 200:
+        return
+    except httpx.TransportError:
+      pass
+    assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+    time.sleep(0.2)
+
+
 def test_module_entry_point_serves_on_loopback():
   port = _free_port()
   env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -154,15 +167,7 @@ def test_module_entry_point_serves_on_loopback():
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
   try:
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-      try:
-        if httpx.get(url + "/health").status_code == 200:
-          break
-      except httpx.TransportError:
-        pass
-      assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
-      time.sleep(0.2)
+    _wait_healthy(process, url)
     result = httpx.post(url + "/evaluate", json=_valid(), timeout=30).json()
     assert (result["outcome_reward"], result["rubric_reward"]) == (1.0, 1.0)
   finally:

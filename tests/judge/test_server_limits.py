@@ -7,11 +7,17 @@ generated bodies (mutations, nesting, surrogates, invalid UTF-8, size extremes) 
 0 × 5xx, 0 logged exceptions, and a stated reason for every zero reward.
 Run: python -m pytest tests/judge/test_server_limits.py -q
 """
+import asyncio
 import collections
 import copy
 import json
 import logging
+import os
 import random
+import re
+import socket
+import subprocess
+import sys
 import time
 
 import httpx
@@ -22,6 +28,7 @@ from judge import example_world as ew
 from judge.server import create_app
 from judge.testing import Reply, ScriptedServer, ServedApp, canned_reply, prompt_kind
 from tests.judge.test_fuzz import _mutate
+from tests.judge.test_server import ROOT, _free_port, _wait_healthy
 
 LIMITS = dict(max_body_bytes=200_000, max_rubrics=50, max_history_messages=40,
               max_json_depth=24)
@@ -128,6 +135,85 @@ def test_deadline_gives_zero_with_reason():
   assert metrics["deadlines"] == 1
   with pytest.raises(ValueError, match="deadline_s"):
     JudgeConfig(deadline_s=0)
+
+
+# ------------------------------------------------------- big and slow bodies (event loop)
+
+
+def test_a_body_of_too_many_json_values_is_400_before_parsing():
+  """10^6 empty objects (3 MB, within the byte cap) are refused by counting, not parsing."""
+  body = (json.dumps(_valid())[:-1] + ', "x": [' + ",".join(["{}"] * 10**6) + "]}").encode()
+  with ServedApp(create_app(Judge(GOLD.replace(max_body_bytes=10**8)))) as served:
+    start = time.perf_counter()
+    response = httpx.post(served.url + "/evaluate", content=body, timeout=30)
+    elapsed = time.perf_counter() - start
+  assert response.status_code == 400
+  assert re.fullmatch(r"body: up to \d{7} JSON values, the limit is 262144 \(max_json_values\)",
+                      response.json()["detail"])
+  assert elapsed < 5  # the count is a byte scan (~10 ms); parsing took seconds
+
+
+@pytest.mark.slow
+def test_health_answers_within_a_second_while_big_bodies_parse():
+  """8 concurrent 6 MB bodies of 250,000 values each (just under max_json_values) sent to the
+  real server process: /health stays under 1 s throughout, and every body is scored."""
+  request = _valid()
+  request["x"] = ["a" * 20] * 250_000
+  body = json.dumps(request).encode()
+  port = _free_port()
+  url = f"http://127.0.0.1:{port}"
+  process = subprocess.Popen([sys.executable, "-m", "judge.server", "--backend", "gold",
+                              "--port", str(port), "--max-body-bytes", str(10**8)], cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+  async def load():
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+      posts = [asyncio.create_task(client.post("/evaluate", content=body)) for _ in range(8)]
+      latencies = []
+      while not all(post.done() for post in posts):
+        start = time.perf_counter()
+        assert (await client.get("/health")).status_code == 200
+        latencies.append(time.perf_counter() - start)
+        await asyncio.sleep(0.02)
+      return [post.result() for post in posts], latencies
+  try:
+    _wait_healthy(process, url)
+    results, latencies = asyncio.run(load())
+  finally:
+    process.terminate()
+    process.wait(timeout=20)
+  assert [r.status_code for r in results] == [200] * 8
+  assert all(r.json()["reward"] == pytest.approx(1.0) for r in results)
+  assert len(latencies) >= 5 and max(latencies) < 1.0, max(latencies)
+
+
+def _raw_request(url: str, declared: int, sent: bytes) -> socket.socket:
+  """A POST /evaluate declaring `declared` body bytes of which only `sent` goes out."""
+  host, port = url.removeprefix("http://").split(":")
+  sock = socket.create_connection((host, int(port)), timeout=10)
+  sock.sendall(b"POST /evaluate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               + f"Content-Length: {declared}\r\n\r\n".encode() + sent)
+  return sock
+
+
+def test_a_half_sent_body_gets_408_and_a_disconnect_no_traceback(caplog):
+  config = GOLD.replace(body_timeout_s=0.5)
+  with ServedApp(create_app(Judge(config))) as served:
+    with _raw_request(served.url, 1000, b'{"history": [') as sock:
+      start = time.perf_counter()
+      reply = sock.recv(4096).decode()
+      elapsed = time.perf_counter() - start
+    assert reply.startswith("HTTP/1.1 408"), reply
+    assert "not received within 0.5 s (body_timeout_s)" in reply and elapsed < 5
+    with caplog.at_level(logging.INFO):
+      _raw_request(served.url, 1000, b'{"history": [').close()
+      deadline = time.monotonic() + 5
+      while "disconnected" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.05)
+      assert httpx.get(served.url + "/health").status_code == 200
+  assert "/evaluate: the client disconnected before its body was complete" in caplog.text
+  assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
 # ------------------------------------------------------------------------------------ fuzz
