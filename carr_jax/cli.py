@@ -24,6 +24,8 @@ import pathlib
 import sys
 from typing import Any, Callable, Sequence
 
+from carr_common import dotted
+
 OUR_LOGGERS = ("carr_jax", "rollout", "judge")
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
@@ -102,9 +104,7 @@ def flat_keys(config, prefix: str = "") -> list[str]:
 
 def _unknown_key(config, key: str, section: str) -> UsageError:
   """The error for `key`, whose first unknown part follows the known `section`."""
-  holder = config
-  for part in section.split(".") if section else ():
-    holder = holder[part]
+  holder = dotted.get(config, section)
   rest = key[len(section) + 1:] if section else key
   candidates = flat_keys(holder) if hasattr(holder, "items") else []
   close = difflib.get_close_matches(rest, candidates, n=1, cutoff=0.6 if section else 0.8)
@@ -153,17 +153,15 @@ def parse_value(key: str, text: str, current: Any) -> Any:
 
 def set_key(config, key: str, text: str) -> None:
   """Sets an existing dotted `key` of `config` from its command-line text."""
-  parts, holder = key.split("."), config
-  for i, part in enumerate(parts):
-    if not hasattr(holder, "items") or part not in holder:
-      raise _unknown_key(config, key, ".".join(parts[:i]))
-    if i < len(parts) - 1:
-      holder = holder[part]
-  current = holder[parts[-1]]
+  try:
+    current = dotted.get(config, key)
+  except dotted.MissingKey as e:
+    raise _unknown_key(config, key, e.known) from None
   if hasattr(current, "items"):
     raise UsageError(f"config key {key} is a section; set one of: "
                      f"{', '.join(sorted(current.keys()))}")
-  holder[parts[-1]] = parse_value(key, text, current)
+  parent, _, last = key.rpartition(".")
+  dotted.get(config, parent)[last] = parse_value(key, text, current)
 
 
 def split_overrides(rest: Sequence[str]) -> tuple[list[str], list[str]]:

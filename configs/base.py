@@ -150,7 +150,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.loss.eps_low = 0.2  # lower clip (paper: 0.2)
   c.loss.eps_high = 0.28  # upper clip (paper: 0.28)
   c.loss.log_ratio_clamp = 20.0  # |log ratio| bound before exp; guards overflow only
-  c.loss.old_logprobs = "trainer"  # "trainer" (recompute before the update) | "rollout"
+  # the ratio's denominator: "trainer" (the policy's own log-probs before the step's one
+  # update, taken from the step's forward: the ratio is 1) | "rollout" (the engine's)
+  c.loss.old_logprobs = "trainer"
   # "none" | "icepop": truncated importance weights of trainer vs engine log-probs, kept in
   # [is_low, is_high] (the release and every RL config in configs/: icepop)
   c.loss.importance_sampling = "none"

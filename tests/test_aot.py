@@ -51,8 +51,9 @@ def test_compile_config_on_cpu_devices():
   """The same path as a TPU compile, for 4 CPU devices: both functions compile, memory is
   read back per device, donation aliases the state, and auto attention resolves to blockwise."""
   config = cgrpo_qwen3_4b.get_config("tiny")
+  config.loss.kl_coef = 0.1  # the reference policy's log-prob pass compiles only for a KL term
   reports, facts = aot.compile_config(config, jax.devices()[:4], rows=4, row_length=256)
-  assert [r.name for r in reports] == ["train step", "old log-probs"]
+  assert [r.name for r in reports] == ["train step", "ref log-probs"]
   assert facts["attention"] == "blockwise" and facts["rows"] == 4
   step, logprobs = reports
   assert step.temporaries > 0 and step.aliased > 0 and not step.error

@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from carr_common import dotted
 from carr_jax import cli
 from carr_jax.jobs import components
 from configs import base
@@ -18,7 +19,7 @@ READ_ELSEWHERE = {
     "model.preset": "components.model_config", "model.hf_path": "components.model_config",
     "model.output_vocab": "components.output_ids",
     "model.output_vocab_worlds": "components.output_ids",
-    "loss.old_logprobs": "carr_jax.jobs.rl_train (which log-probs the ratio divides by)",
+    "loss.old_logprobs": "components.step_config (StepConfig.on_policy), carr_jax.jobs.rl_train",
     "batch.loss_positions_multiple": "components.step_config, the RL and SFT jobs",
     "reward.shortcut_threshold": "carr_jax.jobs.rl_train (shortcut metrics)",
     "rollout.engine": "components.engine", "rollout.sglang_urls": "components.engine",
@@ -45,7 +46,7 @@ def sources():
 
 def has_key(config, key):
   try:
-    components.lookup(config, key)
+    dotted.get(config, key)
   except (KeyError, AttributeError):
     return False
   return True
@@ -90,9 +91,9 @@ def test_dataclass_defaults_equal_base():
       if f.name in source.derived or default is dataclasses.MISSING:
         continue
       key = components.key_of(source, f.name)
-      if components.lookup(config, key) != default:
+      if dotted.get(config, key) != default:
         disagree.append(f"{name}.{f.name}={default!r} vs {key}="
-                        f"{components.lookup(config, key)!r}")
+                        f"{dotted.get(config, key)!r}")
   assert not disagree, disagree
 
 

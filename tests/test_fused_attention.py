@@ -85,6 +85,32 @@ def test_auto_picks_by_platform(platform, want):
   assert A.resolve("dense", platform) == "dense"
 
 
+@pytest.mark.parametrize("dtype,want", [(jnp.float32, "blockwise"), (jnp.bfloat16, "cudnn"),
+                                        (jnp.float16, "cudnn")])
+def test_auto_on_gpu_picks_cudnn_only_for_the_dtypes_it_takes(dtype, want):
+  """cuDNN's fused attention has no fp32 kernel: fp32 on a GPU is blockwise (a CPU config run
+  on a GPU once failed inside jax's cuDNN wrapper: "Unsupported dtype for inputs")."""
+  assert A.resolve("auto", "gpu", dtype) == want
+  assert A.resolve("auto", "tpu", dtype) == "splash"
+
+
+def test_cudnn_on_fp32_is_a_clear_error():
+  with pytest.raises(ValueError, match="takes bfloat16 or float16 inputs, got float32"):
+    A.resolve("cudnn", "gpu", jnp.float32)
+
+
+def test_fp32_attention_traces_for_a_gpu_mesh():
+  """The model's attention call, traced for a GPU it does not have, in fp32: blockwise."""
+  gpu = jax.sharding.AbstractDevice(device_kind="NVIDIA H200", num_cores=None, platform="gpu")
+  mesh = jax.sharding.AbstractMesh((1,), ("tensor",), abstract_device=gpu)
+  q = jax.ShapeDtypeStruct((1, 8, 2, 2, 4), jnp.float32)  # [B, T, K, G, H]
+  kv = jax.ShapeDtypeStruct((1, 8, 2, 4), jnp.float32)  # [B, T, K, H]
+  seg = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+  with jax.sharding.use_abstract_mesh(mesh):
+    out = jax.eval_shape(A.attend, q, kv, kv, seg)
+  assert out.shape == q.shape and out.dtype == jnp.float32
+
+
 def test_platform_comes_from_the_mesh_being_traced_for():
   """No mesh: the default backend; a mesh: its devices' platform, even if not present here."""
   assert A.trace_platform() == jax.default_backend() == "cpu"

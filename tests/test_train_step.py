@@ -8,6 +8,7 @@ import pytest
 from carr_jax.model import sharding
 from carr_jax.model.config import get_preset
 from carr_jax.rl import loss as loss_lib
+from carr_jax.rl import packing
 from carr_jax.rl import train_step as ts
 
 CFG = get_preset("tiny_dense", vocab_size=256)
@@ -37,10 +38,11 @@ def make_batch(rows=8, seq=16, seed=0):
 
 
 def run_steps(mesh_shape, micro_batches, batch, steps=1, loss_cfg=loss_lib.LossConfig(),
-              tx=SGD, loss_positions=False):
+              tx=SGD, loss_positions=False, on_policy=False):
   mesh = sharding.make_mesh(mesh_shape, jax.devices()[:int(np.prod(list(mesh_shape.values())))])
   state, shardings = ts.create_train_state(CFG, tx, mesh, seed=0)
-  step_cfg = ts.StepConfig(micro_batches=micro_batches, loss_positions=loss_positions)
+  step_cfg = ts.StepConfig(micro_batches=micro_batches, loss_positions=loss_positions,
+                           on_policy=on_policy)
   step = ts.make_train_step(CFG, loss_cfg, step_cfg, tx, mesh, shardings)
   metrics = []
   for _ in range(steps):
@@ -122,6 +124,32 @@ def test_on_policy_first_step_has_unit_ratio_and_no_clipping():
   assert int(state.step) == 1 and float(m["grad_norm"]) > 0
 
 
+@pytest.mark.parametrize("loss_positions", [False, True])
+def test_on_policy_step_equals_the_step_fed_a_recomputation(loss_positions):
+  """`StepConfig.on_policy` (the batch has no old log-probs; the step's own forward gives
+  them, gradient stopped) = the step fed a separate recomputation before the update
+  (`make_logprob_fn`): the same loss, metrics and gradient, icepop weights included."""
+  batch = make_batch()
+  if loss_positions:
+    batch["loss_index"], batch["loss_valid"] = packing.loss_positions(batch["loss_mask"] > 0, 4)
+  mesh = sharding.make_mesh({"data": 2}, jax.devices()[:2])
+  state, shardings = ts.create_train_state(CFG, SGD, mesh, seed=0)
+  logprob_fn = ts.make_logprob_fn(CFG, ts.StepConfig(loss_positions=loss_positions), mesh,
+                                  shardings.params)
+  fed = dict(batch, old_logprobs=np.asarray(logprob_fn(state.params, batch)))
+  own = {k: v for k, v in batch.items() if k != "old_logprobs"}
+  icepop = loss_lib.LossConfig(importance_sampling="icepop", is_low=0.9, is_high=1.1)
+  assert "old_logprobs" not in ts.step_batch_keys(icepop, ts.StepConfig(on_policy=True))
+  runs = [run_steps({"data": 2}, 2, b, loss_cfg=icepop, loss_positions=loss_positions,
+                    on_policy=on) for b, on in ((fed, False), (own, True))]
+  (state_fed, [m_fed]), (state_own, [m_own]) = runs
+  assert float(m_own["is_zeroed_frac"]) > 0  # the icepop bounds bite on some tokens
+  for key in ("loss", "policy_loss", "entropy", "is_weight_mean", "is_zeroed_frac"):
+    np.testing.assert_allclose(m_own[key], m_fed[key], rtol=1e-5, atol=1e-7, err_msg=key)
+  assert float(m_own["approx_kl"]) == 0.0 and float(m_own["clip_low_frac"]) == 0.0
+  assert_trees_close(state_own.params, state_fed.params, atol=1e-5)  # SGD: the gradients
+
+
 def test_kl_penalty_needs_reference_logprobs():
   batch = make_batch()
   with pytest.raises(KeyError, match="ref_logprobs"):
@@ -155,7 +183,6 @@ def test_warmup_stable_decay_schedule():
 
 def test_packed_and_unpacked_batches_give_the_same_step():
   """Trajectories packed several to a row == one per row (loss, metrics and update)."""
-  from carr_jax.rl import packing
   rng = np.random.default_rng(3)
   trajs, advantages = [], []
   for length in (9, 14, 6, 11, 13, 7, 10, 12):
@@ -187,7 +214,6 @@ def test_packed_and_unpacked_batches_give_the_same_step():
 def test_logits_only_at_loss_positions_change_nothing():
   """Gathering the loss slots ([R, K] index) == logits at every slot: log-probs there, the
   loss, every metric and the update, sharded over 2x2x2 with micro-batches and the KL term."""
-  from carr_jax.rl import packing
   batch = make_batch(seq=40)
   batch["ref_logprobs"] = batch["rollout_logprobs"] - 0.1
   batch["loss_index"], batch["loss_valid"] = packing.loss_positions(batch["loss_mask"] > 0, 8)

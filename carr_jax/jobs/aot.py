@@ -11,7 +11,9 @@ What it compiles, deviceless (`jax.experimental.topologies`), on abstract inputs
 (`jax.ShapeDtypeStruct` with shardings; no parameter is ever allocated):
 - the train step of the config (RL: `train_step.train_step_fn`; SFT: `sft_step.sft_step_fn`),
   jitted as the trainers jit it (`train_step.jit_step`: shardings, donated state);
-- RL only: the old log-prob recomputation (`train_step.jit_logprob_fn`).
+- RL with a KL term only: the reference policy's log-prob pass (`train_step.jit_logprob_fn`;
+  the old log-probs come from the train step's own forward, `StepConfig.on_policy`, or
+  from the engine).
 The batch is the config's worst case: its longest row length, every trajectory of a step
 (prompts x group size, or the SFT batch) filling a row of its own, rounded as the packer
 rounds rows, and a loss at every slot. `model.attention=auto` resolves for the topology's
@@ -151,7 +153,7 @@ def compile_config(config, devices, rows: int = 0, row_length: int = 0) -> tuple
   model_flops, executed = flops_lib.train_step_flops(cfg, rows, row_length, row_length)
   facts = {"mesh": dict(mesh.shape), "rows": rows, "row_length": row_length,
            "micro_batches": config.batch.micro_batches, "model_flops": model_flops,
-           "attention": attention.resolve(cfg.attention, devices[0].platform)}
+           "attention": attention.resolve(cfg.attention, devices[0].platform, cfg.compute_dtype)}
   if "sft" in config:
     from carr_jax.coldstart import step as sft_step
     step = sft_step.sft_step_fn(cfg, components.sft_step_config(config), tx)
@@ -163,11 +165,11 @@ def compile_config(config, devices, rows: int = 0, row_length: int = 0) -> tuple
   batch = abstract_batch(mesh, keys, rows, row_length, row_length)
   reports = [compile_report("train step", ts.jit_step(step, mesh, shardings, keys),
                             (state, batch), mesh, executed)]
-  if "sft" not in config:
+  if "sft" not in config and loss_cfg.kl_coef:
     logprob_keys = ts.logprob_batch_keys(step_cfg)
     logprobs = ts.jit_logprob_fn(cfg, step_cfg, mesh, shardings.params)
     reports.append(compile_report(
-        "old log-probs", logprobs, (state.params, {k: batch[k] for k in logprob_keys}), mesh,
+        "ref log-probs", logprobs, (state.params, {k: batch[k] for k in logprob_keys}), mesh,
         flops_lib.forward_flops(cfg, rows, row_length, row_length)))
   return reports, facts
 

@@ -21,6 +21,7 @@ import importlib
 import os
 from typing import Any, Mapping
 
+from carr_common import dotted
 from carr_jax.model.config import Qwen3Config, get_preset
 from carr_jax.rl import loss as loss_lib
 from carr_jax.rl import packing
@@ -52,7 +53,8 @@ SOURCES = {
     "carr_jax.rl.loss.LossConfig": Source("loss"),
     "carr_jax.rl.train_step.StepConfig": Source("batch", derived={
         "temperature": "rollout.temperature, 0 (greedy sampling) read as 1",
-        "loss_positions": "batch.loss_positions_multiple > 0"}),
+        "loss_positions": "batch.loss_positions_multiple > 0",
+        "on_policy": "loss.old_logprobs == 'trainer'"}),
     "carr_jax.coldstart.step.SFTStepConfig": Source("batch"),
     "carr_jax.rl.rewards.RewardConfig": Source("reward"),
     "carr_jax.rl.packing.PackingConfig": Source("batch", derived={
@@ -78,20 +80,13 @@ def key_of(source: Source, field: str) -> str:
   return source.keys.get(field, f"{source.section}.{field}")
 
 
-def lookup(config: Any, key: str) -> Any:
-  """The value of a dotted key."""
-  for part in key.split("."):
-    config = config[part]
-  return config
-
-
 def build(cls: type, config: Any, **derived: Any) -> Any:
   """`cls` from its config keys (`SOURCES`); `derived` are exactly its derived fields."""
   source = SOURCES[f"{cls.__module__}.{cls.__qualname__}"]
   if set(derived) != set(source.derived):
     raise TypeError(f"{cls.__qualname__}: the builder must pass exactly {sorted(source.derived)}"
                     f", got {sorted(derived)}")
-  given = {f.name: lookup(config, key_of(source, f.name)) for f in dataclasses.fields(cls)
+  given = {f.name: dotted.get(config, key_of(source, f.name)) for f in dataclasses.fields(cls)
            if f.name not in source.derived}
   return cls(**given, **derived)
 
@@ -147,7 +142,8 @@ def loss_config(config: Any) -> loss_lib.LossConfig:
 
 def step_config(config: Any) -> ts.StepConfig:
   return build(ts.StepConfig, config, temperature=config.rollout.temperature or 1.0,
-               loss_positions=config.batch.loss_positions_multiple > 0)
+               loss_positions=config.batch.loss_positions_multiple > 0,
+               on_policy=config.loss.old_logprobs == "trainer")
 
 
 def sft_step_config(config: Any):

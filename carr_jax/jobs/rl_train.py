@@ -167,7 +167,8 @@ class Trainer:
     return batch, metrics
 
   def update(self, batch):
-    """Old / reference log-probs, then the train step. Returns step metrics.
+    """Old log-probs (with `loss.old_logprobs="rollout"`) and reference log-probs (with a KL
+    term), then the train step. Returns step metrics.
 
     Runs on every process (after `share_batch`), so each derives the loss positions itself.
     """
@@ -176,9 +177,7 @@ class Trainer:
       batch["loss_index"], batch["loss_valid"] = packing.loss_positions(
           batch["loss_mask"] > 0, self.config.batch.loss_positions_multiple)
       positions = {"train/packing_loss_positions": float(batch["loss_index"].shape[1])}
-    if self.config.loss.old_logprobs == "trainer":
-      batch["old_logprobs"] = self.logprob_fn(self.state.params, batch)
-    else:
+    if not self.step_cfg.on_policy:  # "trainer": the step's own log-probs (train_step)
       batch["old_logprobs"] = batch["rollout_logprobs"]
     if self.ref_params is not None:
       batch["ref_logprobs"] = self.logprob_fn(self.ref_params, batch)

@@ -15,9 +15,10 @@ Implementations (`Qwen3Config.attention`):
   [B, K, G, BLOCK, BLOCK] score block, and it skips key blocks entirely above the causal
   diagonal, so it does about half the dense work. Runs on every backend; the CPU default.
 - "splash": the TPU kernel, "cudnn": the GPU kernel (`carr_jax.model.fused_attention`); each is
-  an error on any other platform.
-- "auto": by the platform the step is compiled for: "splash" on TPU, "cudnn" on GPU,
-  "blockwise" elsewhere; keeps configs portable.
+  an error on any other platform, and "cudnn" on inputs other than bf16 / fp16 (cuDNN's fused
+  attention has no fp32 kernel).
+- "auto": by the platform the step is compiled for: "splash" on TPU, "cudnn" on GPU (bf16 /
+  fp16 inputs; "blockwise" for fp32), "blockwise" elsewhere; keeps configs portable.
 
 The platform is known at trace time from the mesh the step is traced under (`jax.set_mesh`):
 its devices' platform, which the abstract mesh carries. A deviceless compile for a TPU
@@ -40,6 +41,7 @@ from carr_jax.model import fused_attention
 BLOCK = 512  # queries and keys per block of "blockwise" (rows are padded to a multiple)
 IMPLEMENTATIONS = ("auto", "dense", "blockwise", "splash", "cudnn")
 KERNEL_PLATFORMS = {"splash": "tpu", "cudnn": "gpu"}  # fused kernel -> the platform it needs
+KERNEL_DTYPES = {"cudnn": ("bfloat16", "float16")}  # fused kernel -> the input dtypes it takes
 _NEG_INF = float(jnp.finfo(jnp.float32).min)
 
 
@@ -50,19 +52,26 @@ def trace_platform() -> str:
   return device.platform if device is not None else jax.default_backend()
 
 
-def resolve(impl: str, platform: str | None = None) -> str:
+def resolve(impl: str, platform: str | None = None, dtype=None) -> str:
   """A `Qwen3Config.attention` value -> the implementation that runs on `platform`
-  (default: `trace_platform()`)."""
+  (default: `trace_platform()`) for inputs of `dtype` (None: any)."""
   if impl not in IMPLEMENTATIONS:
     raise ValueError(f"model.attention must be one of {IMPLEMENTATIONS}, got {impl!r}")
   platform = platform or trace_platform()
+  name = None if dtype is None else jnp.dtype(dtype).name
   if impl == "auto":
     by_platform = {p: kernel for kernel, p in KERNEL_PLATFORMS.items()}
-    return by_platform.get(platform, "blockwise")
+    kernel = by_platform.get(platform, "blockwise")
+    takes = KERNEL_DTYPES.get(kernel)
+    return "blockwise" if takes and name is not None and name not in takes else kernel
   needed = KERNEL_PLATFORMS.get(impl)
   if needed is not None and platform != needed:
     raise ValueError(f"model.attention={impl!r} runs only on {needed.upper()}, but this step "
                      f"is compiled for {platform!r}; use 'auto' or 'blockwise'")
+  takes = KERNEL_DTYPES.get(impl)
+  if takes and name is not None and name not in takes:
+    raise ValueError(f"model.attention={impl!r} takes {' or '.join(takes)} inputs, got {name} "
+                     "(model.compute_dtype); use 'auto' or 'blockwise'")
   return impl
 
 
@@ -71,7 +80,7 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
   """q [B, T, K, G, H], k / v [B, T, K, H], segment_ids [B, T] -> out [B, T, K, G, H]."""
   kernels = {"dense": dense, "blockwise": blockwise, "splash": fused_attention.splash,
              "cudnn": fused_attention.cudnn}
-  return kernels[resolve(impl)](q, k, v, segment_ids)
+  return kernels[resolve(impl, dtype=q.dtype)](q, k, v, segment_ids)
 
 
 def write_cache(cache: dict, key: jax.Array, value: jax.Array, positions: jax.Array) -> dict:

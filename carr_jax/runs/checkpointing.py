@@ -40,6 +40,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
 
+from carr_common import dotted
 from carr_jax.runs.metrics import redact
 
 STATE, DATA, META = "state", "data", "meta"
@@ -78,24 +79,15 @@ def finalized_steps(directory: str) -> list[int]:
   return sorted(ocp.utils.checkpoint_steps(directory))
 
 
-def _config_get(config: Any, dotted: str) -> Any:
-  node = config
-  for part in dotted.split("."):
-    if node is None or part not in node:
-      return None
-    node = node[part]
-  return node
-
-
 def resolve_init_source(workdir: str, config: Any) -> InitSource:
   """Applies the resume order of the module docstring to `workdir` and `config`."""
   if finalized_steps(checkpoint_dir(workdir)):
     return InitSource.WORKDIR_CHECKPOINT
-  init_dir = _config_get(config, INIT_DIR_KEY)
+  init_dir = dotted.get(config, INIT_DIR_KEY, None)
   if init_dir:
     _state_dir(init_dir)  # raises if it holds no checkpoint
     return InitSource.INIT_CHECKPOINT
-  if _config_get(config, HF_PATH_KEY):
+  if dotted.get(config, HF_PATH_KEY, None):
     return InitSource.HF_WEIGHTS
   return InitSource.RANDOM
 
