@@ -6,6 +6,7 @@ section is read by nothing, when a dataclass default differs from base.py's, or 
 override of a key does not reach the built dataclass.
 """
 import dataclasses
+import importlib
 
 import pytest
 
@@ -39,8 +40,14 @@ def full_config():
   return c
 
 
+def _dataclass_of(name: str) -> type:
+  """The class of a `components.SOURCES` name ("module.Class")."""
+  module, _, cls = name.rpartition(".")
+  return getattr(importlib.import_module(module), cls)
+
+
 def sources():
-  return [(name, s, dataclasses.fields(components.dataclass_of(name)))
+  return [(name, s, dataclasses.fields(_dataclass_of(name)))
           for name, s in components.SOURCES.items()]
 
 

@@ -17,7 +17,6 @@ Arguments, not keys, give the rest: the mesh and vocabulary (packing_config), th
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 from typing import Any, Mapping
 
@@ -68,12 +67,6 @@ SOURCES = {
     "judge.config.JudgeConfig": Source("judge", derived={
         "cache_path": "judge.cache_path, '' = judge_cache.sqlite in the run's directory"}),
 }
-
-
-def dataclass_of(name: str) -> type:
-  """The class of a `SOURCES` name."""
-  module, _, cls = name.rpartition(".")
-  return getattr(importlib.import_module(module), cls)
 
 
 def key_of(source: Source, field: str) -> str:

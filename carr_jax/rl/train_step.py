@@ -80,7 +80,6 @@ class TrainState:
   step: jax.Array  # int32 []
   params: Any
   opt_state: Any
-  rng: jax.Array  # uint32 [2] raw key data (checkpoint-friendly)
 
 
 def _decay_mask(params):
@@ -123,15 +122,14 @@ def state_shardings(abstract_state: TrainState, tx, mesh: Mesh) -> TrainState:
       tx, lambda _, s: s, abstract_state.opt_state, param_sh,
       transform_non_params=lambda _: replicated,
       is_leaf=lambda x: isinstance(x, NamedSharding))
-  return TrainState(step=replicated, params=param_sh, opt_state=opt_sh, rng=replicated)
+  return TrainState(step=replicated, params=param_sh, opt_state=opt_sh)
 
 
 def _init_fn(cfg: Qwen3Config, tx):
   def init(rng, params):
     if params is None:
       params = model_lib.init_params(cfg, rng)
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
-                      rng=jax.random.key_data(jax.random.fold_in(rng, 1)))
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
   return init
 
 
@@ -280,8 +278,7 @@ def objective_step_fn(objective: Objective, tx, micro_batches: int
     metrics = objective.metrics(stats, total)
     metrics.update(grad_norm=optax.tree.norm(grads), update_norm=optax.tree.norm(updates),
                    router_aux_loss=aux_total / micro_batches)
-    new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state,
-                           rng=state.rng)
+    new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics
   return step
 

@@ -4,7 +4,8 @@ Real uvicorn on 127.0.0.1. Over-limit bodies get 413/400 naming the JudgeConfig 
 JSON is a 400, not a 500; a lone surrogate in the judge's reply or the request is scored, not a
 500; judging past `deadline_s` is reward 0 with reason "deadline". The fuzz sends 2,000
 generated bodies (mutations, nesting, surrogates, invalid UTF-8, size extremes) and expects
-0 × 5xx, 0 logged exceptions, and a stated reason for every zero reward.
+0 × 5xx, 0 logged exceptions, a stated reason for every zero reward, every response within
+30 s and /health, polled throughout, within 1 s.
 Run: python -m pytest tests/judge/test_server_limits.py -q
 """
 import asyncio
@@ -18,6 +19,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -273,7 +275,24 @@ class _Errors(logging.Handler):
     self.records.append(record)
 
 
+class _HealthPoller(threading.Thread):
+  """GETs /health every 50 ms until stopped, recording each latency (s)."""
+
+  def __init__(self, url: str):
+    super().__init__(daemon=True)
+    self.url, self.latencies, self.stop = url, [], threading.Event()
+
+  def run(self):
+    with httpx.Client(base_url=self.url, timeout=30) as client:
+      while not self.stop.is_set():
+        start = time.perf_counter()
+        assert client.get("/health").status_code == 200
+        self.latencies.append(time.perf_counter() - start)
+        self.stop.wait(0.05)
+
+
 def test_two_thousand_fuzzed_bodies_no_5xx_and_every_zero_has_a_reason():
+  """Also: no response takes 30 s or more, and /health, polled throughout, answers within 1 s."""
   rng = random.Random(2000)
   valid = _valid()
   errors = _Errors()
@@ -282,11 +301,17 @@ def test_two_thousand_fuzzed_bodies_no_5xx_and_every_zero_has_a_reason():
     logger.addHandler(errors)
   statuses = collections.Counter()
   zero_reasons = collections.Counter()
+  slowest = 0.0
   try:
     with ServedApp(create_app(Judge(GOLD))) as served, httpx.Client(
         base_url=served.url, timeout=30) as client:
+      poller = _HealthPoller(served.url)
+      poller.start()
       for _ in range(2_000):
-        response = _post(client, fuzz_body(rng, valid))
+        body = fuzz_body(rng, valid)
+        start = time.perf_counter()
+        response = _post(client, body)
+        slowest = max(slowest, time.perf_counter() - start)
         statuses[response.status_code] += 1
         assert response.status_code in (200, 400, 413), response.text[:300]
         result = response.json()
@@ -300,10 +325,15 @@ def test_two_thousand_fuzzed_bodies_no_5xx_and_every_zero_has_a_reason():
           assert reason and "internal judge error" not in reason, reason
           if result[f"{which}_reward"] == 0.0:
             zero_reasons[reason.split(":")[0][:40]] += 1
+      poller.stop.set()
+      poller.join(timeout=30)
   finally:
     for logger in loggers:
       logger.removeHandler(errors)
-  print(dict(statuses), len(zero_reasons))
+  print(dict(statuses), len(zero_reasons), f"slowest {slowest:.2f} s",
+        f"/health max {max(poller.latencies):.3f} s of {len(poller.latencies)}")
+  assert slowest < 30
+  assert len(poller.latencies) >= 20 and max(poller.latencies) < 1.0
   assert not errors.records, [r.getMessage() for r in errors.records][:3]
   assert sum(statuses.values()) == 2_000
   assert statuses[200] > 400 and statuses[400] > 400 and statuses[413] > 20
