@@ -6,6 +6,10 @@ eps 0.2 / 0.28, loss only on generated tokens, normalized by their global count)
 - carr_jax: `carr_jax.rl.train_step.make_train_step` (chunked log-probs, scanned micro-batches),
   with logits at every slot ("jax") and only at the loss slots ("jax_gather",
   `batch.loss_positions_multiple` 128, the trainer's default path).
+- "jax_recompute": the loss-slots step as RL ran it until 2026-11-25: the old log-probs
+  recomputed by a separate forward pass (`train_step.jit_logprob_fn`) before each step; the
+  peer of `--old_logprobs_ab`, where "jax_gather" takes them from its own forward
+  (`StepConfig.on_policy`, `loss.old_logprobs="trainer"`, the trainers' default).
 - peer: transformers' Qwen3ForCausalLM + the same loss written in torch the way TRL's GRPO
   trainer computes it (per-token log-probs from full logits, `torch.clamp` clip, masked
   token mean), `torch.optim.AdamW`.
@@ -14,6 +18,7 @@ fp32 matmul FLOP/s (a 2048^3 jnp.dot, best of 5).
 
     .venv/bin/python benchmarks/bench_train_step.py [--rows 4 --seq 512 --steps 3]
         [--gen_fraction 0.7]   # share of slots with loss; agent episodes: mostly observations
+        [--old_logprobs_ab]    # only "jax_gather" (on-policy) vs "jax_recompute"
 """
 from __future__ import annotations
 
@@ -55,7 +60,8 @@ def _timed(fn) -> float:
   return time.perf_counter() - t
 
 
-def run_jax(args, gather: bool) -> dict:
+def run_jax(args, gather: bool, recompute: bool = False) -> dict:
+  """One side; `recompute`: old log-probs from a separate forward pass before each step."""
   sys.path.insert(0, REPO)
   import jax
   from carr_jax.rl import loss as loss_lib
@@ -73,8 +79,17 @@ def run_jax(args, gather: bool) -> dict:
   mesh = sharding.make_mesh({"data": 1})
   tx = ts.make_optimizer(ts.OptimConfig(learning_rate=1e-6))
   state, shardings = ts.create_train_state(cfg, tx, mesh, seed=0)
-  step_cfg = ts.StepConfig(micro_batches=1, logprob_chunk=args.chunk, loss_positions=gather)
-  step = ts.make_train_step(cfg, loss_lib.LossConfig(), step_cfg, tx, mesh, shardings)
+  step_cfg = ts.StepConfig(micro_batches=1, logprob_chunk=args.chunk, loss_positions=gather,
+                           on_policy=gather and not recompute)
+  batch = {k: batch[k] for k in ts.step_batch_keys(loss_lib.LossConfig(), step_cfg)}
+  jitted = ts.make_train_step(cfg, loss_lib.LossConfig(), step_cfg, tx, mesh, shardings)
+  logprobs = ts.jit_logprob_fn(cfg, step_cfg, mesh, shardings.params)
+  keys = ts.logprob_batch_keys(step_cfg)
+
+  def step(state, batch):
+    if recompute:
+      batch = {**batch, "old_logprobs": logprobs(state.params, {k: batch[k] for k in keys})}
+    return jitted(state, batch)
   fn = ts.train_step_fn(cfg, loss_lib.LossConfig(), step_cfg, tx)
   flops = jax.jit(fn).lower(state, batch).compile().cost_analysis().get("flops", 0.0)
   base = rss_mb()
@@ -88,6 +103,7 @@ def run_jax(args, gather: bool) -> dict:
   dt = float(np.median(times))
   peak = matmul_flops_per_s()
   where = "loss slots only" if gather else "every slot"
+  where += ", old log-probs recomputed" if recompute else ""
   return {"impl": f"carr_jax train_step, logits at {where} (jax {jax.__version__})",
           "tokens_per_s": args.rows * args.seq / dt, "step_s": dt, "flops": flops,
           "achieved_flops_per_s": flops / dt, "machine_matmul_flops_per_s": peak,
@@ -130,12 +146,20 @@ def main() -> None:
   parser.add_argument("--chunk", type=int, default=512)
   parser.add_argument("--steps", type=int, default=3)
   parser.add_argument("--gen_fraction", type=float, default=0.7)
-  parser.add_argument("--side", choices=["jax", "jax_gather", "torch"], help=argparse.SUPPRESS)
+  parser.add_argument("--old_logprobs_ab", action="store_true",
+                      help="only the on-policy step vs the step after a recomputation")
+  parser.add_argument("--side", choices=["jax", "jax_gather", "jax_recompute", "torch"],
+                      help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.side:
     result = (run_torch(args) if args.side == "torch"
-              else run_jax(args, gather=args.side == "jax_gather"))
+              else run_jax(args, gather=args.side != "jax",
+                           recompute=args.side == "jax_recompute"))
     print(json.dumps(result))
+    return
+  if args.old_logprobs_ab:
+    results = run_sides(__file__, ["jax_gather", "jax_recompute"], sys.argv[1:])
+    print_comparison(results, "jax_gather", "jax_recompute")
     return
   results = run_sides(__file__, ["jax", "jax_gather", "torch"], sys.argv[1:])
   print_comparison(results)

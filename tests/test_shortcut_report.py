@@ -56,6 +56,16 @@ def test_summary_table_and_plot(tmp_path):
   assert (tmp_path / "shortcuts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_one_seed_states_no_spread(tmp_path):
+  """With one seed there is no standard error: the table gives the value, not "+- nan"."""
+  _run(str(tmp_path / "grpo_seed2"), [1.0, 1.0], 0.75, 0.5)
+  _run(str(tmp_path / "cgrpo_seed2"), [1.0, 2.0], 0.875, 0.25)
+  shortcut_report.write_report(str(tmp_path), wall_s=1.0)
+  table = (tmp_path / "table.md").read_text()
+  assert "| heldout_accuracy | 0.750 (0.750) | 0.875 (0.875) |" in table
+  assert "+- nan" not in table
+
+
 def test_unpaired_seeds_are_refused(tmp_path):
   _run(str(tmp_path / "grpo_seed0"), [1.0], 0.5, 0.5)
   _run(str(tmp_path / "cgrpo_seed1"), [1.0], 0.5, 0.5)

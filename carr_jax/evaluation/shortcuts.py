@@ -151,9 +151,11 @@ def summarize(out_dir: str, wall_s: float | None = None,
 
 
 def _mean_se(values: list[float]) -> str:
+  """"mean +- s.e." over seeds; the value alone for one seed (no spread to state)."""
   v = np.asarray(values, np.float64)
-  se = float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
-  return f"{np.mean(v):.3f} +- {se:.3f}"
+  if len(v) < 2:
+    return f"{np.mean(v):.3f}"
+  return f"{np.mean(v):.3f} +- {np.std(v, ddof=1) / math.sqrt(len(v)):.3f}"
 
 
 def table(summary: dict[str, Any]) -> str:
