@@ -6,7 +6,7 @@ eps 0.2 / 0.28, loss only on generated tokens, normalized by their global count)
 - carr_jax: `carr_jax.rl.train_step.make_train_step` (chunked log-probs, scanned micro-batches),
   with logits at every slot ("jax") and only at the loss slots ("jax_gather",
   `batch.loss_positions_multiple` 128, the trainer's default path).
-- "jax_recompute": the loss-slots step as RL ran it until 2026-11-25: the old log-probs
+- "jax_recompute": the loss-slots step as RL ran it until 2026-11-26: the old log-probs
   recomputed by a separate forward pass (`train_step.jit_logprob_fn`) before each step; the
   peer of `--old_logprobs_ab`, where "jax_gather" takes them from its own forward
   (`StepConfig.on_policy`, `loss.old_logprobs="trainer"`, the trainers' default).
