@@ -98,11 +98,11 @@ class Trainer:
       self.loader.position = run.data["loader"]
     self.train_step = ts.make_train_step(self.cfg, self.loss_cfg, self.step_cfg, self.tx,
                                          self.mesh, self.shardings)
-    self.logprob_fn = ts.make_logprob_fn(self.cfg, self.step_cfg, self.mesh,
-                                         self.shardings.params)
-    self.ref_params = None
+    self.ref_params = self.ref_logprob_fn = None
     if self.loss_cfg.kl_coef:  # a frozen copy of the initial policy, only when it is used
       self.ref_params = jax.tree.map(lambda x: x.copy(), self.state.params)
+      self.ref_logprob_fn = ts.make_logprob_fn(self.cfg, self.step_cfg, self.mesh,
+                                               self.shardings.params)
     from rollout.chat import ChatFormat
     self.fmt = ChatFormat(components.tokenizer(config))
     self.rollout_cfg = components.rollout_config(config)
@@ -180,7 +180,7 @@ class Trainer:
     if not self.step_cfg.on_policy:  # "trainer": the step's own log-probs (train_step)
       batch["old_logprobs"] = batch["rollout_logprobs"]
     if self.ref_params is not None:
-      batch["ref_logprobs"] = self.logprob_fn(self.ref_params, batch)
+      batch["ref_logprobs"] = self.ref_logprob_fn(self.ref_params, batch)
     self.state, out = self.train_step(self.state, batch)
     return {**run_setup.train_metrics(out, int(self.state.step)), **positions}
 

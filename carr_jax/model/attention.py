@@ -62,17 +62,21 @@ def resolve(impl: str, platform: str | None = None, dtype=None) -> str:
   if impl == "auto":
     by_platform = {p: kernel for kernel, p in KERNEL_PLATFORMS.items()}
     kernel = by_platform.get(platform, "blockwise")
-    takes = KERNEL_DTYPES.get(kernel)
-    return "blockwise" if takes and name is not None and name not in takes else kernel
+    return "blockwise" if _refuses(kernel, name) else kernel
   needed = KERNEL_PLATFORMS.get(impl)
   if needed is not None and platform != needed:
     raise ValueError(f"model.attention={impl!r} runs only on {needed.upper()}, but this step "
                      f"is compiled for {platform!r}; use 'auto' or 'blockwise'")
-  takes = KERNEL_DTYPES.get(impl)
-  if takes and name is not None and name not in takes:
-    raise ValueError(f"model.attention={impl!r} takes {' or '.join(takes)} inputs, got {name} "
-                     "(model.compute_dtype); use 'auto' or 'blockwise'")
+  if _refuses(impl, name):
+    raise ValueError(f"model.attention={impl!r} takes {' or '.join(KERNEL_DTYPES[impl])} "
+                     f"inputs, got {name} (model.compute_dtype); use 'auto' or 'blockwise'")
   return impl
+
+
+def _refuses(kernel: str, dtype_name: str | None) -> bool:
+  """Whether `kernel` has no kernel for inputs of `dtype_name` (None: not known yet)."""
+  takes = KERNEL_DTYPES.get(kernel)
+  return takes is not None and dtype_name is not None and dtype_name not in takes
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
