@@ -201,6 +201,7 @@ def test_health_answers_within_a_second_while_big_bodies_parse(kind):
     process.terminate()
     process.wait(timeout=20)
   assert [r.status_code for r in results] == [200] * count
+  assert all(r.json()["reward"] == pytest.approx(1.0) for r in results)
   assert all(r.json()["outcome_reward"] == 1.0 for r in results)
   assert all(r.json()["breakdown"]["outcome_reason"] for r in results)
   assert len(latencies) >= 5 and max(latencies) < 1.0, max(latencies)
