@@ -3,8 +3,9 @@
 Both sides use the same model preset, the same packed [R, S] batch (loss on `gen_fraction` of
 the slots, logits only at loss slots, AdamW) and the same `decode.generate` call (B rows,
 prompt of P tokens, N new tokens at temperature 1):
-- "full": `Qwen3Config.output_ids = ()`, the softmax over every id (the peer);
-- "subset": `output_ids` = V' sorted ids (`--ids`; the named demo world needs about 950).
+- "full": no restricted vocabulary (`vocab=None`), the softmax over every id (the peer);
+- "subset": a `RestrictedVocab` of V' sorted ids (`--ids`; the named demo world needs about
+  950), passed to the train step (`StepConfig.vocab`) and to `decode.generate`.
 Each side runs in its own process; times are medians after compilation.
 
     .venv/bin/python benchmarks/bench_output_vocab.py [--preset demo_dense --rows 2 --seq 1024
@@ -42,16 +43,17 @@ def side(args) -> dict:
   from carr_jax.model import sharding
   from carr_jax.rl import loss as loss_lib
   from carr_jax.rl import train_step as ts
+  from carr_jax.model import restricted_vocab
   from carr_jax.model.config import get_preset
+  from carr_jax.model.restricted_vocab import RestrictedVocab
   rng = np.random.default_rng(0)
   cfg = get_preset(args.preset)
   ids = np.sort(rng.choice(cfg.vocab_size, args.ids, replace=False)).astype(np.int64)
-  if args.side == "subset":
-    cfg = cfg.replace(output_ids=tuple(int(i) for i in ids))
+  vocab = RestrictedVocab(tuple(int(i) for i in ids)) if args.side == "subset" else None
   mesh = sharding.make_mesh({"data": 1, "fsdp": 1, "expert": 1, "tensor": 1}, jax.devices()[:1])
   tx = ts.make_optimizer(ts.OptimConfig(learning_rate=1e-4))
   state, shardings = ts.create_train_state(cfg, tx, mesh, 0)
-  step_cfg = ts.StepConfig(logprob_chunk=512, loss_positions=True)
+  step_cfg = ts.StepConfig(logprob_chunk=512, loss_positions=True, vocab=vocab)
   step = ts.make_train_step(cfg, loss_lib.LossConfig(), step_cfg, tx, mesh, shardings)
   r, s = args.rows, args.seq
   tokens = rng.choice(ids, (r, s)).astype(np.int32)  # in the subset: both sides score them
@@ -80,10 +82,10 @@ def side(args) -> dict:
 
   def sample():
     out = decode.generate_jit(holder["state"].params, cfg, prompt, **gen_args,
-                              max_steps=args.new)
+                              max_steps=args.new, vocab=vocab)
     jax.block_until_ready(out)
   sample_s = _median_time(sample, args.steps)
-  return {"impl": f"{args.side} ({len(cfg.output_ids) or cfg.vocab_size} output ids)",
+  return {"impl": f"{args.side} ({restricted_vocab.size(vocab, cfg.vocab_size)} output ids)",
           "train_step_s": train_s, "train_tokens_per_s": float(mask.sum()) / train_s,
           "generate_s": sample_s, "generated_tokens_per_s": b * args.new / sample_s}
 

@@ -42,7 +42,7 @@ from carr_jax.jobs.evaluate import policy_params  # noqa: E402
 from carr_jax.model import decode  # noqa: E402
 from carr_jax.world.chain import MARKERS  # noqa: E402
 from carr_jax.world.expert import ExpertConfig, expert_episode, looks_up  # noqa: E402
-from carr_jax.model import qwen3 as model_lib  # noqa: E402
+from carr_jax.model import restricted_vocab  # noqa: E402
 from rollout import chat  # noqa: E402
 
 REPLY_START = "\n</think>\n\n## Exact Answer\n"  # generated before the answer word
@@ -117,39 +117,40 @@ def query_copy_inputs(fmt: chat.ChatFormat, searched: list[dict], hop: int = 0
   return (*right_padded(seqs), np.array(targets, np.int32))
 
 
-def next_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-  """[N, V'] next-token distribution (over the output vocabulary) after each row's end."""
+def next_probs(params, cfg, vocab, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+  """[N, V'] next-token distribution (over the output vocabulary `vocab`) after each row's
+  end."""
   out = []
   for b in range(0, len(tokens), 32):
     t = jnp.asarray(tokens[b:b + 32])  # [B, T]
     logits, _ = decode.prefill(params, cfg, t, jnp.asarray(lengths[b:b + 32]),
-                               decode.init_cache(cfg, t.shape[0], t.shape[1]))  # [B, V']
+                               decode.init_cache(cfg, t.shape[0], t.shape[1]), vocab)  # [B, V']
     out.append(np.asarray(jax.nn.softmax(logits, axis=-1), np.float64))
   return np.concatenate(out)
 
 
-def option_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray,
+def option_probs(params, cfg, vocab, tokens: np.ndarray, lengths: np.ndarray,
                  option_ids: list[int]) -> np.ndarray:
   """[N, K] next-token probability of each option's (single) token after each row's end."""
-  columns, known = model_lib.output_positions(cfg, jnp.asarray(option_ids))  # [K]
+  columns, known = restricted_vocab.columns(vocab, jnp.asarray(option_ids))  # [K]
   if not bool(known.all()):
     raise ValueError(f"option ids {option_ids} are not all in the policy's output vocabulary")
-  return next_probs(params, cfg, tokens, lengths)[:, np.asarray(columns)]
+  return next_probs(params, cfg, vocab, tokens, lengths)[:, np.asarray(columns)]
 
 
-def next_token_probs(params, cfg, tokens: np.ndarray, lengths: np.ndarray,
+def next_token_probs(params, cfg, vocab, tokens: np.ndarray, lengths: np.ndarray,
                      targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """([M] next-token probability of each row's target, [M] whether it is the likeliest)."""
-  columns = np.asarray(model_lib.output_positions(cfg, jnp.asarray(targets))[0])  # [M]
-  p = next_probs(params, cfg, tokens, lengths)  # [M, V']
+  columns = np.asarray(restricted_vocab.columns(vocab, jnp.asarray(targets))[0])  # [M]
+  p = next_probs(params, cfg, vocab, tokens, lengths)  # [M, V']
   return p[np.arange(len(p)), columns], p.argmax(1) == columns
 
 
-def print_query_copy(params, cfg, name: str, tokens, lengths, targets, n: int,
+def print_query_copy(params, cfg, vocab, name: str, tokens, lengths, targets, n: int,
                      hop: int = 0) -> None:
   """The teacher-forced copy of a number into search `hop`'s query: P(every digit) and
   greedy exact."""
-  p, top = next_token_probs(params, cfg, tokens, lengths, targets)  # [N*D] each
+  p, top = next_token_probs(params, cfg, vocab, tokens, lengths, targets)  # [N*D] each
   p, top = p.reshape(n, -1), top.reshape(n, -1)  # [N, D]
   print(f"query copy, search {hop}: {name}: P(digits) {p.prod(1).mean():.4f} | greedy exact "
         f"{top.all(1).mean():.3f} | P(digit k) {np.round(p.mean(0), 3).tolist()} | n={n}")
@@ -163,7 +164,7 @@ def relation_of(record: dict) -> str:
 
 def _probe(args: argparse.Namespace) -> None:
   config = args.config
-  cfg = components.model_config(config)
+  cfg, vocab = components.model_config(config), components.output_vocab(config)
   fmt = chat.ChatFormat(components.tokenizer(config))
   _, records, corpus = data_lib.load_tasks(config.data)
   options = records[0]["metadata"]["gold"]["options"]
@@ -189,9 +190,9 @@ def _probe(args: argparse.Namespace) -> None:
   for checkpoint in args.checkpoint:
     params = policy_params(config, cfg, checkpoint)[0]
     for hop, copy in enumerate(copy_inputs):
-      print_query_copy(params, cfg, checkpoint, *copy, len(records), hop)
+      print_query_copy(params, cfg, vocab, checkpoint, *copy, len(records), hop)
     for name, (tokens, lengths) in inputs.items():
-      print_option_probs(option_probs(params, cfg, tokens, lengths,
+      print_option_probs(option_probs(params, cfg, vocab, tokens, lengths,
                                       [ids[0] for ids in option_ids]),  # [N, K]
                          f"{name}{checkpoint}", options, right, evidence_only, usual,
                          relations)

@@ -31,6 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from carr_jax.model import qwen3 as model_lib  # noqa: E402
 from carr_jax.model.config import get_preset  # noqa: E402
+from carr_jax.model.restricted_vocab import RestrictedVocab  # noqa: E402
 from carr_jax.model.tokenizer import ensure_tokenizer  # noqa: E402
 from carr_jax.world import build_world  # noqa: E402
 from rollout import chat  # noqa: E402
@@ -76,14 +77,14 @@ def main() -> None:
   train = [e for seed in range(1, 13) for e in examples(fmt, seed, marks)]
   test = examples(fmt, 0, marks)
   vocab = np.array(sorted({t for ids, _, _ in train + test for t in ids}))  # [V'] sorted
-  cfg = dataclasses.replace(get_preset("demo_dense"), output_ids=tuple(map(int, vocab)),
-                            attention="dense")
+  cfg = dataclasses.replace(get_preset("demo_dense"), attention="dense")
+  output = RestrictedVocab(tuple(map(int, vocab)))
   length = -(-max(len(ids) for ids, _, _ in train + test) // 16) * 16
 
   def logits(params, toks, seg):  # -> [B, T, V']
     pos = jnp.broadcast_to(jnp.arange(length), toks.shape)
     hidden = model_lib.Qwen3(cfg).apply({"params": params}, toks, pos, seg)
-    return hidden @ model_lib.unembed_matrix(params, cfg)
+    return hidden @ model_lib.unembed_matrix(params, cfg, output)
 
   def loss_fn(params, toks, mask, seg):
     lg = logits(params, toks, seg)[:, :-1]

@@ -27,7 +27,7 @@ from carr_jax.jobs import components
 from carr_jax.jobs import tasks as data_lib  # noqa: E402
 from carr_jax.jobs.evaluate import policy_params  # noqa: E402
 from carr_jax.model import decode  # noqa: E402
-from carr_jax.model import qwen3 as model_lib  # noqa: E402
+from carr_jax.model import restricted_vocab  # noqa: E402
 from carr_jax.world.expert import ExpertConfig, expert_trajectories, search_examples  # noqa: E402
 from rollout import chat  # noqa: E402
 from rollout.tools.corpus import CorpusBackend  # noqa: E402
@@ -40,7 +40,7 @@ def query_positions(fmt: chat.ChatFormat, examples: list[dict]) -> list[int]:
                if e["token_ids"][i - 2:i + 1] == key) for e in examples]
 
 
-def greedy_hits(params, cfg, examples: list[dict], positions: list[int]) -> np.ndarray:
+def greedy_hits(params, cfg, vocab, examples: list[dict], positions: list[int]) -> np.ndarray:
   """[N] bool: the greedy token after each position is the example's own next token."""
   hits = []
   for start in range(0, len(examples), 16):
@@ -49,22 +49,22 @@ def greedy_hits(params, cfg, examples: list[dict], positions: list[int]) -> np.n
     for r, (e, p) in enumerate(zip(chunk, pos)):
       toks[r, :p + 1] = e["token_ids"][:p + 1]
     logits, _ = decode.prefill(params, cfg, jnp.asarray(toks), jnp.asarray(pos, jnp.int32) + 1,
-                               decode.init_cache(cfg, *toks.shape))  # [B, V']
-    greedy = np.asarray(model_lib.output_token_ids(cfg, jnp.argmax(logits, axis=-1)))  # [B]
+                               decode.init_cache(cfg, *toks.shape), vocab)  # [B, V']
+    greedy = np.asarray(restricted_vocab.token_ids(vocab, jnp.argmax(logits, axis=-1)))  # [B]
     hits += [greedy[r] == e["token_ids"][p + 1] for r, (e, p) in enumerate(zip(chunk, pos))]
   return np.asarray(hits)
 
 
 def _evaluate(args: argparse.Namespace) -> None:
   config = args.config
-  cfg = components.model_config(config)
+  cfg, vocab = components.model_config(config), components.output_vocab(config)
   params, _ = policy_params(config, cfg, args.checkpoint)
   fmt = chat.ChatFormat(components.tokenizer(config))
   _, evals, corpus = data_lib.load_tasks(config.data)
   episodes = asyncio.run(expert_trajectories(
       evals, CorpusBackend.from_records(corpus), fmt, ExpertConfig(1, False, "brief")))
   examples = [e for ep in episodes for e in search_examples(ep, fmt)]
-  hits = greedy_hits(params, cfg, examples, query_positions(fmt, examples))
+  hits = greedy_hits(params, cfg, vocab, examples, query_positions(fmt, examples))
   later = np.asarray([not e["prompt_id"].endswith("#0") for e in examples])
   for name, sel in (("first search", ~later), ("later searches", later)):
     print(f"{name}: greedy hit {hits[sel].mean():.3f} ({hits[sel].sum()} of {sel.sum()})")

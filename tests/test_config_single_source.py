@@ -18,8 +18,8 @@ from configs import base
 # Keys of the built sections that no dataclass field takes, and the code that reads them.
 READ_ELSEWHERE = {
     "model.preset": "components.model_config", "model.hf_path": "components.model_config",
-    "model.output_vocab": "components.output_ids",
-    "model.output_vocab_worlds": "components.output_ids",
+    "model.output_vocab": "components.output_vocab",
+    "model.output_vocab_worlds": "components.output_vocab",
     "loss.old_logprobs": "components.step_config (StepConfig.on_policy), carr_jax.jobs.rl_train",
     "batch.loss_positions_multiple": "components.step_config, the RL and SFT jobs",
     "reward.shortcut_threshold": "carr_jax.jobs.rl_train (shortcut metrics)",

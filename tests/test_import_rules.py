@@ -7,6 +7,8 @@
   neither carr_jax nor rollout; rollout imports no carr_jax.
 - carr_jax's top level holds the entry points (each has `main`) and their command-line
   convention, carr_jax/cli.py; nothing in a subpackage imports either.
+- The model, the update and the run bookkeeping (carr_jax/model, rl, runs) name no synthetic
+  world: what a world needs of them (a restricted output vocabulary) is passed in.
 - No module is over 400 lines.
 Run: python -m pytest tests/test_import_rules.py -q
 """
@@ -115,3 +117,10 @@ def test_no_module_over_the_limit():
   long = {name: n for name, path in _sources().items()
           if (n := len(path.read_text().splitlines())) > MAX_LINES}
   assert long == {}
+
+
+@pytest.mark.parametrize("room", ["carr_jax/model", "carr_jax/rl", "carr_jax/runs"])
+def test_the_product_rooms_name_no_synthetic_world(room):
+  mentions = [str(p.relative_to(REPO)) for p in sorted((REPO / room).rglob("*.py"))
+              if "world" in p.read_text().lower()]
+  assert mentions == []

@@ -1,7 +1,7 @@
 """The SFT step: token-mean cross-entropy on the tokens the policy generates, jitted and sharded.
 
     step = make_sft_step(cfg, SFTStepConfig(), tx, mesh, shardings)
-    batch, stats = make_batch(examples, pack_cfg, loss_multiple, cfg)
+    batch, stats = make_batch(examples, pack_cfg, loss_multiple, step_cfg.vocab)
     state, metrics = step(state, batch)
 
 Objective: token-mean cross-entropy over the tokens the policy generates (loss mask 1, the
@@ -9,8 +9,9 @@ RL mask semantics), normalized by the number of such tokens in the WHOLE global 
 the C-GRPO loss (so micro-batches and devices change nothing; tests/test_sft.py). Logits are
 built only at the loss positions (`packing.loss_positions`, `batch.loss_positions_multiple`,
 `train_step.target_logprobs`), which is the whole unembedding saving for trajectories where
-most tokens are tool observations. With a restricted output vocabulary (`model.output_vocab`,
-carr_jax/world/output_vocab.py) every batch's loss tokens must lie in it (`make_batch` checks).
+most tokens are tool observations. With a restricted output vocabulary (`SFTStepConfig.vocab`,
+carr_jax/model/restricted_vocab.py) every batch's loss tokens must lie in it (`make_batch`
+checks).
 The step is the RL step's machinery (`train_step.Objective`): sharded state, micro-batches,
 the optimizer of `train_step.make_optimizer` (paper SFT: lr 4e-5).
 """
@@ -22,10 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from carr_jax.model import restricted_vocab
 from carr_jax.model.config import Qwen3Config
+from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.rl import packing
 from carr_jax.rl import train_step as ts
-from carr_jax.world import output_vocab
 
 SFT_BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_index", "loss_valid")
 
@@ -34,6 +36,7 @@ SFT_BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_index",
 class SFTStepConfig:
   micro_batches: int = 1  # slices of the global batch run one after another in the step
   logprob_chunk: int = 1024  # loss positions per chunk of the fused unembed + log-softmax
+  vocab: RestrictedVocab | None = None  # the loss's output vocabulary (None: all ids)
 
 
 def loss_sums(params, cfg: Qwen3Config, step_cfg: SFTStepConfig, batch: dict):
@@ -43,7 +46,7 @@ def loss_sums(params, cfg: Qwen3Config, step_cfg: SFTStepConfig, batch: dict):
   the loss tokens in each row, loss_valid [R, K] 1.0 on real entries (0 on padding).
   """
   logp, entropy, aux = ts.target_logprobs(params, cfg, batch, 1.0, step_cfg.logprob_chunk,
-                                          gather=True)  # [R, K] each
+                                          gather=True, vocab=step_cfg.vocab)  # [R, K] each
   valid = batch["loss_valid"]
   return (-jnp.sum(logp * valid), jnp.sum(valid), jnp.sum(entropy * valid), aux)
 
@@ -76,18 +79,17 @@ def make_sft_step(cfg: Qwen3Config, step_cfg: SFTStepConfig, tx, mesh, shardings
 
 
 def make_batch(examples, pack_cfg: packing.PackingConfig, loss_multiple: int = 128,
-               cfg: Qwen3Config | None = None) -> tuple[dict, dict]:
+               vocab: RestrictedVocab | None = None) -> tuple[dict, dict]:
   """Packs examples into [R, S] rows plus loss positions. Returns (batch, packing stats).
 
   `loss_multiple` 0 means K = S (still only the loss slots, padded to the row length). With
-  `cfg`, every packed loss token must be in its restricted output vocabulary (ValueError).
+  a restricted `vocab`, every packed loss token must be in it (ValueError).
   """
   records = [{"token_ids": e["token_ids"], "loss_mask": e["loss_mask"],
               "rollout_logprobs": [0.0] * len(e["token_ids"])} for e in examples]
   packed = packing.pack_trajectories(records, np.ones(len(records)), pack_cfg)
   arrays = packed.arrays()
-  if cfg is not None:
-    output_vocab.check_output_vocab(cfg, arrays["targets"], arrays["loss_mask"])
+  restricted_vocab.check_scored(vocab, arrays["targets"], arrays["loss_mask"])
   index, valid = packing.loss_positions(arrays["loss_mask"],
                                         loss_multiple or arrays["loss_mask"].shape[1])
   batch = {k: arrays[k] for k in ("tokens", "positions", "segment_ids", "targets")}

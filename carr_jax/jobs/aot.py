@@ -144,22 +144,22 @@ def compile_config(config, devices, rows: int = 0, row_length: int = 0) -> tuple
   if target and target != len(devices):
     raise ValueError(f"the config is written for {target} chips, the topology has "
                      f"{len(devices)}")
-  cfg = components.model_config(config)
+  cfg, vocab = components.model_config(config), components.output_vocab(config)
   tx = ts.make_optimizer(components.optim_config(config))
   row_length = row_length or max(config.batch.row_lengths)
   rows = rows or worst_case_rows(config, mesh, cfg.vocab_size, row_length)
   state, shardings = ts.abstract_train_state(cfg, tx, mesh)
   state = abstract(state, shardings)
-  model_flops, executed = flops_lib.train_step_flops(cfg, rows, row_length, row_length)
+  model_flops, executed = flops_lib.train_step_flops(cfg, rows, row_length, row_length, vocab)
   facts = {"mesh": dict(mesh.shape), "rows": rows, "row_length": row_length,
            "micro_batches": config.batch.micro_batches, "model_flops": model_flops,
            "attention": attention.resolve(cfg.attention, devices[0].platform, cfg.compute_dtype)}
   if "sft" in config:
     from carr_jax.coldstart import step as sft_step
-    step = sft_step.sft_step_fn(cfg, components.sft_step_config(config), tx)
+    step = sft_step.sft_step_fn(cfg, components.sft_step_config(config, vocab), tx)
     keys = sft_step.SFT_BATCH_KEYS
   else:
-    loss_cfg, step_cfg = components.loss_config(config), components.step_config(config)
+    loss_cfg, step_cfg = components.loss_config(config), components.step_config(config, vocab)
     step = ts.train_step_fn(cfg, loss_cfg, step_cfg, tx)
     keys = ts.step_batch_keys(loss_cfg, step_cfg)
   batch = abstract_batch(mesh, keys, rows, row_length, row_length)
@@ -170,7 +170,7 @@ def compile_config(config, devices, rows: int = 0, row_length: int = 0) -> tuple
     logprobs = ts.jit_logprob_fn(cfg, step_cfg, mesh, shardings.params)
     reports.append(compile_report(
         "ref log-probs", logprobs, (state.params, {k: batch[k] for k in logprob_keys}), mesh,
-        flops_lib.forward_flops(cfg, rows, row_length, row_length)))
+        flops_lib.forward_flops(cfg, rows, row_length, row_length, vocab)))
   return reports, facts
 
 

@@ -7,12 +7,13 @@ the one default of every key; a dataclass default equals it (tests/test_config_s
 
 A builder reads its own section (the `SOURCES` section; engine and tokenizer: rollout,
 tool_backend: tools) and, where named here, other keys for a stated reason:
-  model_config   rollout.engine, rollout.tokenizer_dir, data.*: model.output_vocab="world"
+  output_vocab   rollout.engine, rollout.tokenizer_dir, data.*: model.output_vocab="world"
                  needs the in-process engine and the synthetic world, whose token ids it collects
   step_config    rollout.temperature: the loss divides logits by the sampling temperature
   engine         seed: the in-process sampler's PRNG seed
-Arguments, not keys, give the rest: the mesh and vocabulary (packing_config), the model
-(engine) and the run directory (judge_config).
+Arguments, not keys, give the rest: the mesh and vocabulary size (packing_config), the model
+(engine), the restricted output vocabulary (step configs, engine: `output_vocab` builds it
+once per run) and the run directory (judge_config).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any, Mapping
 
 from carr_common import dotted
 from carr_jax.model.config import Qwen3Config, get_preset
+from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.rl import loss as loss_lib
 from carr_jax.rl import packing
 from carr_jax.rl import rewards
@@ -45,16 +47,17 @@ _ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv
 # "module.Class" -> Source; the classes are imported only when built (judge, rollout: lazily).
 SOURCES = {
     "carr_jax.model.config.Qwen3Config": Source("model", derived={
-        **{name: "architecture: model.preset, or config.json of model.hf_path"
-           for name in _ARCHITECTURE},
-        "output_ids": "the token ids of model.output_vocab (output_ids below)"}),
+        name: "architecture: model.preset, or config.json of model.hf_path"
+        for name in _ARCHITECTURE}),
     "carr_jax.rl.train_step.OptimConfig": Source("optim"),
     "carr_jax.rl.loss.LossConfig": Source("loss"),
     "carr_jax.rl.train_step.StepConfig": Source("batch", derived={
         "temperature": "rollout.temperature, 0 (greedy sampling) read as 1",
         "loss_positions": "batch.loss_positions_multiple > 0",
-        "on_policy": "loss.old_logprobs == 'trainer'"}),
-    "carr_jax.coldstart.step.SFTStepConfig": Source("batch"),
+        "on_policy": "loss.old_logprobs == 'trainer'",
+        "vocab": "model.output_vocab's token ids (output_vocab below)"}),
+    "carr_jax.coldstart.step.SFTStepConfig": Source("batch", derived={
+        "vocab": "model.output_vocab's token ids (output_vocab below)"}),
     "carr_jax.rl.rewards.RewardConfig": Source("reward"),
     "carr_jax.rl.packing.PackingConfig": Source("batch", derived={
         "row_multiple": "the mesh's data-parallel shards x batch.micro_batches",
@@ -92,15 +95,15 @@ def model_config(config: Any) -> Qwen3Config:
     arch = read_hf_config(m.hf_path)
   else:
     arch = get_preset(m.preset)
-  return build(Qwen3Config, config, output_ids=output_ids(config),
-               **{name: getattr(arch, name) for name in _ARCHITECTURE})
+  return build(Qwen3Config, config, **{name: getattr(arch, name) for name in _ARCHITECTURE})
 
 
-def output_ids(config: Any) -> tuple[int, ...]:
-  """`model.output_vocab` -> `Qwen3Config.output_ids` (carr_jax.world.output_vocab); () = full."""
+def output_vocab(config: Any) -> RestrictedVocab | None:
+  """`model.output_vocab` -> the run's restricted output vocabulary (None = full): "world",
+  the token ids the synthetic world can need (carr_jax.world.output_vocab)."""
   vocab = config.model.output_vocab
   if vocab == "full":
-    return ()
+    return None
   if vocab != "world":
     raise ValueError(f"model.output_vocab must be 'full' or 'world', got {vocab!r}")
   if config.rollout.engine != "jax":
@@ -116,7 +119,7 @@ def output_ids(config: Any) -> tuple[int, ...]:
   for k in range(1 + config.model.output_vocab_worlds):  # the same ids for SFT and RL
     data_cfg.world_seed = config.data.world_seed + k
     ids.update(world_output_ids(*data_lib.load_tasks(data_cfg), fmt))
-  return tuple(sorted(ids))
+  return RestrictedVocab(tuple(sorted(ids)))
 
 
 def optim_config(config: Any) -> ts.OptimConfig:
@@ -133,15 +136,15 @@ def loss_config(config: Any) -> loss_lib.LossConfig:
   return build(loss_lib.LossConfig, config)
 
 
-def step_config(config: Any) -> ts.StepConfig:
+def step_config(config: Any, vocab: RestrictedVocab | None = None) -> ts.StepConfig:
   return build(ts.StepConfig, config, temperature=config.rollout.temperature or 1.0,
                loss_positions=config.batch.loss_positions_multiple > 0,
-               on_policy=config.loss.old_logprobs == "trainer")
+               on_policy=config.loss.old_logprobs == "trainer", vocab=vocab)
 
 
-def sft_step_config(config: Any):
+def sft_step_config(config: Any, vocab: RestrictedVocab | None = None):
   from carr_jax.coldstart.step import SFTStepConfig
-  return build(SFTStepConfig, config)
+  return build(SFTStepConfig, config, vocab=vocab)
 
 
 def reward_config(config: Any) -> rewards.RewardConfig:
@@ -180,15 +183,17 @@ def rollout_config(config: Any):
   return build(RolloutConfig, config)
 
 
-def engine(config: Any, params: Any, cfg: Qwen3Config, weight_version: str):
-  """The rollout engine: in-process JAX sampler, or SGLang server(s) over HTTP."""
+def engine(config: Any, params: Any, cfg: Qwen3Config, weight_version: str,
+           vocab: RestrictedVocab | None = None):
+  """The rollout engine: in-process JAX sampler (over `vocab`'s ids when given), or SGLang
+  server(s) over HTTP."""
   r = config.rollout
   if r.engine == "jax":
     from carr_jax.model.engine import JaxEngine
     return JaxEngine(params, cfg, weight_version=weight_version, max_batch=r.max_batch,
-                     seed=config.seed, max_total_len=r.max_context_tokens)
+                     seed=config.seed, max_total_len=r.max_context_tokens, vocab=vocab)
   if r.engine == "sglang":
-    if cfg.output_ids:
+    if vocab is not None:
       raise ValueError("model.output_vocab must be 'full' with rollout.engine='sglang'")
     if not r.sglang_urls:
       raise ValueError("rollout.sglang_urls is required with rollout.engine='sglang'")

@@ -253,7 +253,7 @@ def run_evaluations(config: Any, opts: EvalOptions) -> list[dict]:
   contexts = _budgets(opts.context_budgets, config.rollout.max_context_tokens)
   tools = _budgets(opts.tool_budgets, config.rollout.max_tool_calls)
   config.rollout.max_context_tokens = max(contexts)  # the engine must fit the largest budget
-  cfg = components.model_config(config)
+  cfg, vocab = components.model_config(config), components.output_vocab(config)
   params, policy = (None, "sglang") if config.rollout.engine == "sglang" else policy_params(
       config, cfg, opts.checkpoint)
   fmt = ChatFormat(components.tokenizer(config))
@@ -264,7 +264,7 @@ def run_evaluations(config: Any, opts: EvalOptions) -> list[dict]:
   sweep = len(contexts) * len(tools) > 1
 
   async def run() -> list[dict]:
-    engine = components.engine(config, params, cfg, weight_version=policy)
+    engine = components.engine(config, params, cfg, weight_version=policy, vocab=vocab)
     judge = components.judge(config, str(out))
     points = []
     try:

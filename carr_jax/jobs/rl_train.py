@@ -44,11 +44,11 @@ from carr_jax.evaluation.evidence_plot import render_evidence_graph
 from carr_jax.jobs import components
 from carr_jax.jobs import run_setup
 from carr_jax.jobs import tasks as data_lib
+from carr_jax.model import restricted_vocab
 from carr_jax.rl import packing
 from carr_jax.rl import rewards
 from carr_jax.rl import step_stats
 from carr_jax.rl import train_step as ts
-from carr_jax.world import output_vocab
 from rollout.engines.weight_sync import weight_sync
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,6 @@ class Trainer:
     self.config, self.workdir = config, os.path.abspath(workdir)
     os.makedirs(self.workdir, exist_ok=True)
     self.loss_cfg = components.loss_config(config)
-    self.step_cfg = components.step_config(config)
     self.reward_cfg = components.reward_config(config)
     train, self.eval_records, corpus = data_lib.load_tasks(config.data)
     self.loader = data_lib.TaskLoader(train, config.data.prompts_per_step, config.seed,
@@ -92,6 +91,7 @@ class Trainer:
       raise ValueError("rollout.engine='jax' is single-host; use SGLang servers on a pod")
     run = run_setup.setup_run(config, self.workdir)
     self.mesh, self.cfg, self.tx, self.pack_cfg = run.mesh, run.cfg, run.tx, run.pack_cfg
+    self.step_cfg = components.step_config(config, run.vocab)
     self.state, self.shardings = run.state, run.shardings
     self.start_step = run.start_step
     if run.data is not None:
@@ -109,7 +109,7 @@ class Trainer:
     self.tools = components.tool_backend(config, corpus)
     self.judge = components.judge(config, self.workdir)
     self.engine = components.engine(config, self.state.params, self.cfg,
-                                     weight_version=str(self.start_step))
+                                     weight_version=str(self.start_step), vocab=run.vocab)
     self.weight_sync = weight_sync(
         config.rollout.engine, self.engine, export=self.export_hf, lead=self.lead,
         export_dir=config.rollout.sync_dir or os.path.join(self.workdir, "sync"))
@@ -162,7 +162,7 @@ class Trainer:
                                        adv.advantages.reshape(-1)[keep], self.pack_cfg)
     metrics.update({f"train/packing_{k}": float(v) for k, v in packed.stats().items()})
     batch = packed.arrays()
-    output_vocab.check_output_vocab(self.cfg, batch["targets"], batch["loss_mask"])
+    restricted_vocab.check_scored(self.step_cfg.vocab, batch["targets"], batch["loss_mask"])
     batch["loss_mask"] = batch["loss_mask"].astype(np.float32)
     return batch, metrics
 

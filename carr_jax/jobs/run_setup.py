@@ -1,7 +1,7 @@
 """What the RL loop (carr_jax/jobs/rl_train.py) and the SFT loop (carr_jax/jobs/sft_train.py) share.
 
-`setup_run` builds a run from its config: mesh, model config, optimizer, packing, checkpointer
-(with the HF export hook) and the train state, following the resume order of
+`setup_run` builds a run from its config: mesh, model config, output vocabulary, optimizer,
+packing, checkpointer (with the HF export hook) and the train state, following the resume order of
 `carr_jax.runs.checkpointing`. `RunLog` is the bookkeeping after each step: TensorBoard scalars in
 `<workdir>/tb` (the config as hparams on a fresh start), the console progress line, and the
 checkpoint with the data-loader position and the config snapshot (the checkpointer redacts
@@ -71,6 +71,7 @@ class RunSetup:
   """What the RL and SFT trainers build alike from a config (`setup_run`)."""
   mesh: Any
   cfg: Any  # Qwen3Config
+  vocab: Any  # RestrictedVocab | None: the output vocabulary of the loss and the sampler
   tx: Any  # optax transformation
   pack_cfg: packing.PackingConfig
   checkpointer: ckpt_lib.TrainCheckpointer
@@ -81,9 +82,12 @@ class RunSetup:
 
 
 def setup_run(config, workdir: str) -> RunSetup:
-  """Mesh, model config, optimizer, packing, checkpointer, and the state (resume order)."""
+  """Mesh, model config, output vocabulary, optimizer, packing, checkpointer, and the state
+  (resume order)."""
   mesh = sharding.mesh_from_config(config.mesh)
-  cfg = components.model_config(config)
+  cfg, vocab = components.model_config(config), components.output_vocab(config)
+  if vocab is not None:
+    vocab.check_fits(cfg.vocab_size)
   tx = ts.make_optimizer(components.optim_config(config))
   checkpointer = ckpt_lib.TrainCheckpointer(
       ckpt_lib.checkpoint_dir(workdir), save_every=config.checkpoint.every,
@@ -91,7 +95,7 @@ def setup_run(config, workdir: str) -> RunSetup:
       export_params=lambda s: s.params)
   state, shardings, data, start_step = initial_state(config, workdir, cfg, tx, mesh,
                                                      checkpointer)
-  return RunSetup(mesh, cfg, tx, components.packing_config(config, mesh, cfg.vocab_size),
+  return RunSetup(mesh, cfg, vocab, tx, components.packing_config(config, mesh, cfg.vocab_size),
                   checkpointer, state, shardings, data, start_step)
 
 

@@ -94,8 +94,8 @@ class SFTTrainer:
     self.state, self.start_step = run.state, run.start_step
     if run.data is not None:
       self.loader.position = run.data["loader"]
-    self.step = make_sft_step(self.cfg, components.sft_step_config(config), run.tx, run.mesh,
-                              run.shardings)
+    self.step_cfg = components.sft_step_config(config, run.vocab)
+    self.step = make_sft_step(self.cfg, self.step_cfg, run.tx, run.mesh, run.shardings)
     self.log = run_setup.RunLog(config, self.workdir, run.checkpointer, self.start_step,
                                 self.num_steps)
     logger.info("SFT: %d examples, %d steps of %d (from step %d)", len(examples),
@@ -106,7 +106,7 @@ class SFTTrainer:
     for step in range(self.start_step, self.num_steps):
       t0 = time.perf_counter()
       batch, stats = make_batch(self.loader.next(), self.pack_cfg,
-                                self.config.batch.loss_positions_multiple, self.cfg)
+                                self.config.batch.loss_positions_multiple, self.step_cfg.vocab)
       t1 = time.perf_counter()
       self.state, out = self.step(self.state, batch)
       metrics = run_setup.train_metrics(out, step + 1)

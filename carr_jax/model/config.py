@@ -3,13 +3,8 @@
 `Qwen3Config` holds architecture only (what an HF `config.json` describes) plus the dtype
 and rematerialization policy of the Flax model. Presets: the two policies of the paper
 (`qwen3_4b_thinking_2507`, `qwen3_30b_a3b_thinking_2507`, values from their hub configs) and
-tiny sizes for tests and the CPU demo. `get_preset(name)` is the one lookup.
-
-One field is not architecture: `output_ids`, an optional restricted output vocabulary (the
-softmax of training and sampling covers only those token ids; embeddings, parameters and the
-HF export stay full-vocabulary; `carr_jax.world.output_vocab`). It belongs to a run, not to the
-model: HF config export and checkpoints never write it (`to_json_dict`), reading either
-leaves it empty.
+tiny sizes for tests and the CPU demo. `get_preset(name)` is the one lookup. A restricted
+output vocabulary belongs to a run, not to the model: `carr_jax.model.restricted_vocab`.
 """
 from __future__ import annotations
 
@@ -42,20 +37,6 @@ class Qwen3Config:
   param_dtype: str = "float32"
   compute_dtype: str = "float32"  # bf16 on accelerators; norms/softmax/logits stay fp32
   remat: str = "none"  # "none" | "full" (recompute each layer in the backward pass)
-  # Restricted output vocabulary: sorted unique token ids (V' of them) the output softmax
-  # covers; () = all vocab_size ids. Not architecture (see the module docstring).
-  output_ids: tuple[int, ...] = ()
-
-  def __post_init__(self):
-    ids = tuple(int(i) for i in self.output_ids)  # lists / numpy ints -> a hashable tuple
-    object.__setattr__(self, "output_ids", ids)
-    bad = next((k for k in range(1, len(ids)) if ids[k] <= ids[k - 1]), None)
-    if bad is not None:
-      raise ValueError(f"Qwen3Config.output_ids must be sorted and unique, but entry {bad} "
-                       f"({ids[bad]}) follows {ids[bad - 1]}")
-    if ids and (ids[0] < 0 or ids[-1] >= self.vocab_size):
-      raise ValueError(f"Qwen3Config.output_ids must lie in [0, vocab_size={self.vocab_size}), "
-                       f"got ids from {ids[0]} to {ids[-1]}")
 
   @property
   def is_moe(self) -> bool:
@@ -63,13 +44,6 @@ class Qwen3Config:
 
   def replace(self, **kw: Any) -> "Qwen3Config":
     return dataclasses.replace(self, **kw)
-
-  def to_json_dict(self) -> dict[str, Any]:
-    """The fields a checkpoint stores: all but the run-only `output_ids`."""
-    return {k: v for k, v in dataclasses.asdict(self).items() if k not in RUN_ONLY_FIELDS}
-
-
-RUN_ONLY_FIELDS = ("output_ids",)  # Qwen3Config fields never written to disk
 
 
 _PRESETS = {

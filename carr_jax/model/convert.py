@@ -5,8 +5,8 @@
   python -m carr_jax.convert --check --hf HF_DIR
 
 Our format (a directory): `params/` is an orbax StandardCheckpointer checkpoint of
-`{"params": tree}` (docs/design.md section 1), `model_config.json` our `Qwen3Config` without
-the run-only `output_ids` (written last: a directory without it is incomplete),
+`{"params": tree}` (docs/design.md section 1), `model_config.json` our `Qwen3Config` (written
+last: a directory without it is incomplete),
 `hf_config.json` the source config.json (fields we do not model, such as token ids, survive a
 round trip) and `tokenizer/` the tokenizer files. Loading and saving are sharded over a mesh
 (`--mesh fsdp=-1` by default: parameters spread over every device), so no device holds a
@@ -34,7 +34,7 @@ from jax.experimental import multihost_utils
 from carr_jax.model import hf_io
 from carr_jax.model import qwen3 as model
 from carr_jax.model import sharding
-from carr_jax.model.config import RUN_ONLY_FIELDS, Qwen3Config
+from carr_jax.model.config import Qwen3Config
 from carr_jax.model.hf_config import hf_dtype, read_config_json
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
@@ -87,7 +87,7 @@ def save_ours(params: Any, cfg: Qwen3Config, out_dir: str, *, hf_config: dict | 
                         os.path.join(out_dir, "tokenizer", name))
   if hf_config is not None:
     _write_json(os.path.join(out_dir, "hf_config.json"), hf_config)
-  _write_json(os.path.join(out_dir, "model_config.json"), cfg.to_json_dict())  # no output_ids
+  _write_json(os.path.join(out_dir, "model_config.json"), dataclasses.asdict(cfg))
 
 
 def _write_json(path: str, obj: Any) -> None:
@@ -103,7 +103,7 @@ def read_ours_config(ckpt_dir: str) -> Qwen3Config:
                             "model_config.json")
   with open(path) as f:
     fields = json.load(f)
-  known = {f.name for f in dataclasses.fields(Qwen3Config)} - set(RUN_ONLY_FIELDS)
+  known = {f.name for f in dataclasses.fields(Qwen3Config)}
   unknown = sorted(set(fields) - known)
   if unknown:
     raise ValueError(f"{path}: unknown Qwen3Config fields {unknown}")

@@ -20,15 +20,16 @@ Cache: {"k", "v": [L, B, K, S, H] (compute dtype), "lengths": [B] int32 filled c
 kv-head axis before time (`carr_jax.model.attention.write_cache`). Columns at or beyond a row's
 length hold garbage (prompt padding) and are masked out; decode overwrites them in order.
 
-Restricted output vocabulary (`cfg.output_ids`, V' ids): `prefill` / `decode_step` return
-logits over those V' columns only, `sample_tokens` draws a column, and `generate` maps it back
-to its token id (`model.output_token_ids`) before storing it, matching stop ids and feeding it
-back; its log-probs are over the subset, the distribution the train step scores
-(`train_step.target_logprobs`). Without `output_ids`, V' = V and columns are token ids.
+Restricted output vocabulary (`vocab`, a `restricted_vocab.RestrictedVocab` of V' ids): `prefill`
+/ `decode_step` return logits over those V' columns only, `sample_tokens` draws a column, and
+`generate` maps it back to its token id (`restricted_vocab.token_ids`) before storing it,
+matching stop ids and feeding it back; its log-probs are over the subset, the distribution the
+train step scores (`train_step.target_logprobs`). With `vocab=None`, V' = V and columns are
+token ids.
 
 Sampling (`sample_tokens`) follows SGLang 0.5.23 (see rollout/engines/sglang.py): the
 returned log-prob of a sampled token is log softmax(logits / temperature) over the full vocab
-(the V' ids with `cfg.output_ids`),
+(the V' ids with a `vocab`),
 i.e. after temperature scaling and before top-k/top-p truncation; greedy rows (temperature 0)
 take the argmax and report log_softmax(logits). Top-k keeps ranks < k (k <= 0: all); top-p
 keeps a token when the probability mass strictly above it is <= top_p (the top token always).
@@ -43,6 +44,7 @@ every row has finished. Its cost: a running batch cannot be interrupted.
   cache = init_cache(cfg, batch=2, max_len=64)
   logits, cache = prefill(params, cfg, tokens, lengths, cache)      # tokens [B, T]
   logits, cache = decode_step(params, cfg, next_tokens, cache)      # next_tokens [B]
+  (each takes `vocab=` a RestrictedVocab; None, the default, is the full vocabulary)
 """
 from __future__ import annotations
 
@@ -52,7 +54,9 @@ import jax
 import jax.numpy as jnp
 
 from carr_jax.model.config import Qwen3Config
-from carr_jax.model.qwen3 import Qwen3, output_token_ids, project, unembed_matrix
+from carr_jax.model import restricted_vocab
+from carr_jax.model.qwen3 import Qwen3, project, unembed_matrix
+from carr_jax.model.restricted_vocab import RestrictedVocab
 
 
 def init_cache(cfg: Qwen3Config, batch: int, max_len: int, dtype: Any = None) -> dict:
@@ -72,15 +76,17 @@ def _forward(params: dict, cfg: Qwen3Config, tokens: jax.Array, positions: jax.A
                           method=Qwen3.with_cache)
 
 
-def _logits(params: dict, cfg: Qwen3Config, hidden: jax.Array) -> jax.Array:
-  """Final-normed hidden [B, D] -> fp32 logits [B, V'] (`cfg.output_ids`, or all V ids)."""
-  return project(hidden.astype(jnp.float32), unembed_matrix(params, cfg).astype(jnp.float32))
+def _logits(params: dict, cfg: Qwen3Config, hidden: jax.Array,
+            vocab: RestrictedVocab | None) -> jax.Array:
+  """Final-normed hidden [B, D] -> fp32 logits [B, V'] (`vocab`'s ids, or all V)."""
+  unembed = unembed_matrix(params, cfg, vocab).astype(jnp.float32)  # [D, V']
+  return project(hidden.astype(jnp.float32), unembed)
 
 
 # ------------------------------------------------------------------ prefill and decode
 
 def prefill(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Array,
-            cache: dict) -> tuple[jax.Array, dict]:
+            cache: dict, vocab: RestrictedVocab | None = None) -> tuple[jax.Array, dict]:
   """Runs right-padded prompts tokens [B, T] (lengths [B] >= 1) into an EMPTY cache.
 
   Returns (fp32 logits [B, V'] of each row's last prompt token, cache with lengths set).
@@ -91,15 +97,15 @@ def prefill(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arra
   segments = (cols[None, :] < lengths[:, None]).astype(jnp.int32)  # [B, T]: 1 prompt, 0 padding
   hidden, kv = _forward(params, cfg, tokens, positions, segments, cache)
   last = hidden[jnp.arange(b), lengths - 1]  # [B, D]
-  return _logits(params, cfg, last), {**kv, "lengths": lengths.astype(jnp.int32)}
+  return _logits(params, cfg, last, vocab), {**kv, "lengths": lengths.astype(jnp.int32)}
 
 
-def decode_step(params: dict, cfg: Qwen3Config, token: jax.Array,
-                cache: dict) -> tuple[jax.Array, dict]:
+def decode_step(params: dict, cfg: Qwen3Config, token: jax.Array, cache: dict,
+                vocab: RestrictedVocab | None = None) -> tuple[jax.Array, dict]:
   """Appends token [B] at column cache["lengths"] of each row -> (fp32 logits [B, V'], cache)."""
   pos = cache["lengths"][:, None]  # [B, 1] position (= column) of the new token
   hidden, kv = _forward(params, cfg, token[:, None], pos, jnp.ones_like(pos), cache)
-  return _logits(params, cfg, hidden[:, 0]), {**kv, "lengths": cache["lengths"] + 1}
+  return _logits(params, cfg, hidden[:, 0], vocab), {**kv, "lengths": cache["lengths"] + 1}
 
 
 # ------------------------------------------------------------------ sampling
@@ -124,7 +130,7 @@ def sample_tokens(logits: jax.Array, keys: jax.Array, temperature: jax.Array,
   """One token per row. logits [B, V] fp32; keys [B] PRNG keys; temperature/top_p [B] f32;
   top_k [B] int32 -> (tokens [B] int32, log-probs [B] fp32 as in the module docstring).
 
-  Tokens are indices into the logits' last axis: columns of V' under `cfg.output_ids`.
+  Tokens are indices into the logits' last axis: columns of V' under a restricted vocabulary.
   """
   greedy = temperature <= 0.0
   scale = jnp.where(greedy, 1.0, temperature)
@@ -145,19 +151,21 @@ def sample_tokens(logits: jax.Array, keys: jax.Array, temperature: jax.Array,
 
 def generate(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Array,
              seeds: jax.Array, temperature: jax.Array, top_p: jax.Array, top_k: jax.Array,
-             max_new_tokens: jax.Array, stop_ids: jax.Array, *, max_steps: int) -> dict:
+             max_new_tokens: jax.Array, stop_ids: jax.Array, *, max_steps: int,
+             vocab: RestrictedVocab | None = None) -> dict:
   """Prefill + up to `max_steps` sampled tokens per row, stopping rows independently.
 
   tokens [B, T] right-padded, lengths [B] >= 1, seeds [B] uint32 (row b's step-i key is
   fold_in(key(seeds[b]), i), so a row's draws do not depend on its batch mates),
   temperature/top_p [B] f32, top_k [B] int32, max_new_tokens [B] int32 (<= max_steps; 0 =
-  an idle padding row), stop_ids [B, M] int32 (-1 = unused slot).
+  an idle padding row), stop_ids [B, M] int32 (-1 = unused slot); `vocab` the output
+  vocabulary (None: all V ids).
   Returns {"tokens": [B, max_steps] (valid up to num_tokens), "logprobs": [B, max_steps],
   "num_tokens": [B], "stop_token": [B] (the matched stop id, -1 if the row hit the length)}.
   """
   b, t = tokens.shape
   cache = init_cache(cfg, b, t + max_steps)
-  logits, cache = prefill(params, cfg, tokens, lengths, cache)
+  logits, cache = prefill(params, cfg, tokens, lengths, cache, vocab)
   row_keys = jax.vmap(jax.random.key)(seeds)
 
   def cond(state):
@@ -167,7 +175,7 @@ def generate(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arr
     step = state["step"]
     keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, step)
     column, logp = sample_tokens(state["logits"], keys, temperature, top_p, top_k)
-    tok = output_token_ids(cfg, column)  # [B] token ids (columns of V' -> ids)
+    tok = restricted_vocab.token_ids(vocab, column)  # [B] token ids (columns of V' -> ids)
     active = ~state["done"]
     out_tokens = state["tokens"].at[:, step].set(jnp.where(active, tok, 0))
     out_logp = state["logprobs"].at[:, step].set(jnp.where(active, logp, 0.0))
@@ -175,7 +183,7 @@ def generate(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arr
     hit_stop = active & jnp.any(tok[:, None] == stop_ids, axis=-1)
     done = state["done"] | hit_stop | (num >= max_new_tokens)
     # Runs once more after the last row finishes: a lax.cond around it would copy the cache.
-    logits, cache = decode_step(params, cfg, tok, state["cache"])
+    logits, cache = decode_step(params, cfg, tok, state["cache"], vocab)
     return {"step": step + 1, "logits": logits, "cache": cache, "tokens": out_tokens,
             "logprobs": out_logp, "num_tokens": num, "done": done,
             "stop_token": jnp.where(hit_stop, tok, state["stop_token"])}
@@ -189,4 +197,4 @@ def generate(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arr
   return {k: state[k] for k in ("tokens", "logprobs", "num_tokens", "stop_token")}
 
 
-generate_jit = jax.jit(generate, static_argnames=("cfg", "max_steps"))
+generate_jit = jax.jit(generate, static_argnames=("cfg", "max_steps", "vocab"))

@@ -5,7 +5,7 @@ on-device sampling loop). Same contract as the SGLang client: token ids in, toke
 one log-prob per generated token out, log-probs of softmax(logits / temperature) before
 top-p/top-k truncation, stop token kept as the last output id.
 
-  engine = JaxEngine(params, cfg, weight_version="0", max_batch=8)
+  engine = JaxEngine(params, cfg, weight_version="0", max_batch=8)  # vocab=RestrictedVocab
   results = await engine.generate_many(prompts, SamplingParams(temperature=1.0))
   await engine.update_weights(new_params, weight_version="1")
 
@@ -52,6 +52,7 @@ import numpy as np
 from carr_jax.model import decode
 from carr_jax.model import hf_io
 from carr_jax.model.config import Qwen3Config
+from carr_jax.model.restricted_vocab import RestrictedVocab
 from rollout.engines.base import Engine, GenerationResult, SamplingParams, validate_token_ids
 
 
@@ -133,10 +134,13 @@ class JaxEngine(Engine):
 
   def __init__(self, params: Any, cfg: Qwen3Config, *, weight_version: str = "0",
                max_batch: int = 8, seed: int = 0, max_total_len: int | None = None,
-               min_len_bucket: int = 16):
+               min_len_bucket: int = 16, vocab: RestrictedVocab | None = None):
     if max_batch < 1:
       raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+    if vocab is not None:
+      vocab.check_fits(cfg.vocab_size)
     self.cfg = cfg
+    self.vocab = vocab  # the output vocabulary sampled from (None: all ids)
     self.vocab_size = cfg.vocab_size
     self.max_batch = max_batch
     self.max_total_len = max_total_len or cfg.max_position_embeddings
@@ -210,7 +214,7 @@ class JaxEngine(Engine):
                       version: str) -> list[GenerationResult]:
     args = _pack(batch, bucket(len(batch)), self.min_len_bucket)
     max_steps = bucket(max(r.params.max_new_tokens for r in batch), self.min_len_bucket)
-    out = decode.generate_jit(params, self.cfg, **args, max_steps=max_steps)
+    out = decode.generate_jit(params, self.cfg, **args, max_steps=max_steps, vocab=self.vocab)
     return _unpack(jax.device_get(out), batch, version)
 
   @property

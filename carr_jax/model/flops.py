@@ -14,7 +14,9 @@ what the hardware does). Log-prob recomputation is one forward pass.
 """
 from __future__ import annotations
 
+from carr_jax.model import restricted_vocab
 from carr_jax.model.config import Qwen3Config
+from carr_jax.model.restricted_vocab import RestrictedVocab
 
 
 def layer_matmul_weights(cfg: Qwen3Config) -> int:
@@ -33,10 +35,6 @@ def causal_pairs(row_length: int) -> int:
   return row_length * (row_length + 1) // 2
 
 
-def output_vocab(cfg: Qwen3Config) -> int:
-  return len(cfg.output_ids) or cfg.vocab_size
-
-
 def layers_forward_flops(cfg: Qwen3Config, rows: int, row_length: int) -> float:
   """FLOPs of the decoder layers' forward pass over [rows, row_length] tokens."""
   tokens = rows * row_length
@@ -45,19 +43,23 @@ def layers_forward_flops(cfg: Qwen3Config, rows: int, row_length: int) -> float:
   return cfg.num_layers * (matmuls + attention)
 
 
-def logits_flops(cfg: Qwen3Config, rows: int, logit_positions: int) -> float:
-  """FLOPs of the unembedding at `logit_positions` slots of each row."""
-  return 2.0 * rows * logit_positions * cfg.hidden_size * output_vocab(cfg)
+def logits_flops(cfg: Qwen3Config, rows: int, logit_positions: int,
+                 vocab: RestrictedVocab | None = None) -> float:
+  """FLOPs of the unembedding at `logit_positions` slots of each row (onto `vocab`'s ids)."""
+  return 2.0 * rows * logit_positions * cfg.hidden_size * restricted_vocab.size(
+      vocab, cfg.vocab_size)
 
 
-def forward_flops(cfg: Qwen3Config, rows: int, row_length: int, logit_positions: int) -> float:
-  return layers_forward_flops(cfg, rows, row_length) + logits_flops(cfg, rows, logit_positions)
+def forward_flops(cfg: Qwen3Config, rows: int, row_length: int, logit_positions: int,
+                  vocab: RestrictedVocab | None = None) -> float:
+  return (layers_forward_flops(cfg, rows, row_length)
+          + logits_flops(cfg, rows, logit_positions, vocab))
 
 
-def train_step_flops(cfg: Qwen3Config, rows: int, row_length: int,
-                     logit_positions: int) -> tuple[float, float]:
+def train_step_flops(cfg: Qwen3Config, rows: int, row_length: int, logit_positions: int,
+                     vocab: RestrictedVocab | None = None) -> tuple[float, float]:
   """(model FLOPs, executed FLOPs) of one train step: 3 forward passes, plus the layers'
   forward once more under `remat="full"`."""
-  model = 3.0 * forward_flops(cfg, rows, row_length, logit_positions)
+  model = 3.0 * forward_flops(cfg, rows, row_length, logit_positions, vocab)
   recompute = layers_forward_flops(cfg, rows, row_length) if cfg.remat == "full" else 0.0
   return model, model + recompute

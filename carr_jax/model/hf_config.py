@@ -153,8 +153,7 @@ def config_to_hf(cfg: Qwen3Config, dtype: str | None = None,
   """Returns a config.json dict for `cfg` with weights stored in `dtype`.
 
   `base` (e.g. the config.json a checkpoint came with) supplies fields we do not model, such as
-  bos/eos token ids; every architecture field is overwritten from `cfg`. The run-only
-  `cfg.output_ids` is not written: the export is the same full-vocabulary model.
+  bos/eos token ids; every architecture field is overwritten from `cfg`.
   """
   dtype = dtype or cfg.param_dtype
   arch = "Qwen3MoeForCausalLM" if cfg.is_moe else "Qwen3ForCausalLM"

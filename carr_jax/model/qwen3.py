@@ -14,10 +14,10 @@ Prefill and decode (`carr_jax.model.decode`) run these same layers with a KV cac
 Numerics: parameters are stored in `param_dtype` and cast to `compute_dtype` for matmuls;
 RMSNorm, RoPE tables, attention softmax, router softmax and logits are fp32, as in HF.
 
-Restricted output vocabulary (`cfg.output_ids`, V' sorted ids; empty = all V): the train step
-and the sampler use `unembed_matrix` (the [D, V'] columns of those ids) and map token ids to
-their column with `output_positions` and back with `output_token_ids`. `Qwen3.logits` and
-`forward_logits` stay full-vocabulary on purpose: they are the HF-parity reference.
+Restricted output vocabulary (`carr_jax.model.restricted_vocab`, V' sorted ids; None = all
+V): the train step and the sampler use `unembed_matrix(params, cfg, vocab)`, the [D, V']
+columns of those ids. `Qwen3.logits` and `forward_logits` stay full-vocabulary on purpose:
+they are the HF-parity reference.
 
 MoE paths (both exact, both run on CPU/GPU/TPU; `moe_impl` picks one):
 - "ragged" (default): tokens are sorted by expert and multiplied with `jax.lax.ragged_dot`
@@ -35,11 +35,11 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from carr_jax.model import attention
+from carr_jax.model import attention, restricted_vocab
 from carr_jax.model.config import Qwen3Config
+from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.model.sharding import BATCH, shard
 
 
@@ -315,7 +315,7 @@ class Qwen3(nn.Module):
   def unembed(self) -> jax.Array:
     """The full [D, V] output projection (the tied embedding transposed, or lm_head).
 
-    Ignores `cfg.output_ids`: `logits` is the full-vocabulary HF-parity reference.
+    Always all V columns: `logits` is the full-vocabulary HF-parity reference.
     """
     if self.cfg.tie_word_embeddings:
       return self.embedding["embedding"].T
@@ -341,50 +341,25 @@ def router_aux_loss(stats, cfg: Qwen3Config) -> jax.Array:
 
 
 def forward_logits(params, cfg: Qwen3Config, tokens, positions, segment_ids) -> jax.Array:
-  """Convenience: fp32 logits [B, T, V] over the FULL vocabulary, whatever `cfg.output_ids`
-  (materialises the vocab axis; the HF-parity reference)."""
+  """Convenience: fp32 logits [B, T, V] over the FULL vocabulary (materialises the vocab
+  axis; the HF-parity reference)."""
   model = Qwen3(cfg)
   hidden = model.apply({"params": params}, tokens, positions, segment_ids)
   return model.apply({"params": params}, hidden, method=Qwen3.logits)
 
 
-def unembed_matrix(params, cfg: Qwen3Config) -> jax.Array:
+def unembed_matrix(params, cfg: Qwen3Config, vocab: RestrictedVocab | None = None) -> jax.Array:
   """The [D, V'] output projection from a params tree: all V columns, or the columns of
-  `cfg.output_ids` (a gather, so gradients reach only those columns)."""
+  `vocab`'s ids (a gather, so gradients reach only those columns)."""
   if cfg.tie_word_embeddings:
     table = params["embed"]["embedding"]  # [V, D]
-    if cfg.output_ids:
-      table = jnp.take(table, _ids_array(cfg), axis=0)  # [V', D]
+    if vocab is not None:
+      table = jnp.take(table, restricted_vocab.ids_array(vocab), axis=0)  # [V', D]
     return table.T
   kernel = params["lm_head"]["kernel"]  # [D, V]
-  if cfg.output_ids:
-    kernel = jnp.take(kernel, _ids_array(cfg), axis=1)  # [D, V']
+  if vocab is not None:
+    kernel = jnp.take(kernel, restricted_vocab.ids_array(vocab), axis=1)  # [D, V']
   return kernel
-
-
-def _ids_array(cfg: Qwen3Config) -> jax.Array:
-  return jnp.asarray(np.asarray(cfg.output_ids, np.int32))  # [V'] sorted
-
-
-def output_positions(cfg: Qwen3Config, token_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Token ids [...] -> (their column in `unembed_matrix` [...] int32, in the subset [...] bool).
-
-  Identity and all-True without `cfg.output_ids`. An id outside the subset gets some valid
-  column (never read as its log-prob when the caller masks it; see
-  `carr_jax.world.output_vocab.check_output_vocab`).
-  """
-  token_ids = jnp.asarray(token_ids, jnp.int32)
-  if not cfg.output_ids:
-    return token_ids, jnp.ones(token_ids.shape, jnp.bool_)
-  ids = _ids_array(cfg)
-  positions = jnp.minimum(jnp.searchsorted(ids, token_ids), ids.shape[0] - 1).astype(jnp.int32)
-  return positions, ids[positions] == token_ids
-
-
-def output_token_ids(cfg: Qwen3Config, positions: jax.Array) -> jax.Array:
-  """Columns of `unembed_matrix` [...] -> token ids [...] int32 (`cfg.output_ids[pos]`)."""
-  positions = jnp.asarray(positions, jnp.int32)
-  return _ids_array(cfg)[positions] if cfg.output_ids else positions
 
 
 def init_params(cfg: Qwen3Config, rng: jax.Array):

@@ -43,7 +43,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from carr_jax.model import qwen3 as model_lib
 from carr_jax.model import sharding
+from carr_jax.model import restricted_vocab
 from carr_jax.model.config import Qwen3Config
+from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.rl import loss as loss_lib
 
 BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_mask", "advantages",
@@ -70,6 +72,7 @@ class StepConfig:
   logprob_chunk: int = 1024  # sequence chunk of the fused unembed + log-softmax
   loss_positions: bool = False  # logits only at batch["loss_index"] (see the docstring)
   on_policy: bool = False  # old log-probs = this step's own, gradient stopped (the docstring)
+  vocab: RestrictedVocab | None = None  # the loss's output vocabulary (None: all ids)
 
 
 LOSS_POSITION_KEYS = ("loss_index", "loss_valid")
@@ -194,13 +197,13 @@ def _scatter_rows(values, index, valid, length: int):
 
 
 def target_logprobs(params, cfg: Qwen3Config, batch, temperature: float, chunk: int,
-                    gather: bool):
+                    gather: bool, vocab: RestrictedVocab | None = None):
   """(log-probs of the targets, entropy, router aux loss) of a packed batch.
 
   At every slot ([R, S] each), or with `gather` only at batch["loss_index"] ([R, K] each).
-  With `cfg.output_ids` both are over that subset of the vocabulary (the distribution
-  `carr_jax.model.decode` samples from); a target outside it gets an arbitrary finite value, so
-  loss-position targets must be checked on the host (`output_vocab.check_output_vocab`).
+  With a restricted `vocab` both are over its ids (the distribution `carr_jax.model.decode`
+  samples from with it); a target outside it gets an arbitrary finite value, so loss-position
+  targets must be checked on the host (`restricted_vocab.check_scored`).
   """
   model = model_lib.Qwen3(cfg)
   hidden, aux = model.apply({"params": params}, batch["tokens"], batch["positions"],
@@ -210,9 +213,9 @@ def target_logprobs(params, cfg: Qwen3Config, batch, temperature: float, chunk: 
     index = batch["loss_index"]  # [R, K]
     hidden = jnp.take_along_axis(hidden, index[..., None], axis=1)  # [R, K, D]
     targets = jnp.take_along_axis(targets, index, axis=1)  # [R, K]
-  columns, _ = model_lib.output_positions(cfg, targets)  # target ids -> columns of V'
+  columns, _ = restricted_vocab.columns(vocab, targets)  # target ids -> columns of V'
   logp, entropy = loss_lib.chunked_token_logprobs(
-      hidden, model_lib.unembed_matrix(params, cfg), columns, temperature=temperature,
+      hidden, model_lib.unembed_matrix(params, cfg, vocab), columns, temperature=temperature,
       chunk_size=chunk)  # unembed [D, V']
   return logp, entropy, aux
 
@@ -220,7 +223,8 @@ def target_logprobs(params, cfg: Qwen3Config, batch, temperature: float, chunk: 
 def _token_logprobs(params, cfg: Qwen3Config, step_cfg: StepConfig, batch):
   """(log-probs [R, S] of the targets, entropy [R, S], router aux loss)."""
   logp, entropy, aux = target_logprobs(params, cfg, batch, step_cfg.temperature,
-                                       step_cfg.logprob_chunk, step_cfg.loss_positions)
+                                       step_cfg.logprob_chunk, step_cfg.loss_positions,
+                                       step_cfg.vocab)
   if step_cfg.loss_positions:
     index, valid, length = batch["loss_index"], batch["loss_valid"], batch["tokens"].shape[1]
     logp, entropy = (_scatter_rows(x, index, valid, length) for x in (logp, entropy))

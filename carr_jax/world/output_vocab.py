@@ -3,7 +3,9 @@
 `model.output_vocab="world"` (configs/base.py) is a small-scale speed technique for the CPU
 demo. The tiny policy keeps the real Qwen3 tokenizer (151,936 ids), whose output projection
 and softmax then dominate the cost of training and sampling; with it, the output distribution
-covers only the few hundred ids the synthetic world can need (`Qwen3Config.output_ids`).
+covers only the few hundred ids the synthetic world can need (a
+`carr_jax.model.restricted_vocab.RestrictedVocab`, which `components.output_vocab` makes of
+these ids and passes to the train step and the sampler).
 Embeddings stay full-vocabulary, the parameters and the HF export are unchanged, and the
 sampler and the train step use the same restricted softmax, so rollout and trainer log-probs
 agree (carr_jax/model/qwen3.py, carr_jax/model/decode.py, `train_step.target_logprobs`).
@@ -22,12 +24,8 @@ agree (carr_jax/model/qwen3.py, carr_jax/model/decode.py, `train_step.target_log
   (e) each printable ASCII character, tab and newline as one token: about 100 ids that keep
       every ASCII text expressible (spelled character by character when its usual tokens
       are missing), so a sampled query or answer is never impossible, only longer.
-`components.model_config` builds it once per run; nothing is memoized. On the demo worlds it
+`components.output_vocab` builds it once per run; nothing is memoized. On the demo worlds it
 holds 600-900 ids (vs 151,936).
-
-`check_output_vocab(cfg, tokens, loss_mask)` raises when a token the loss scores is outside
-`cfg.output_ids` (the train step would score some other column); call it on every packed batch
-before the train step (carr_jax/coldstart/step.py does).
 """
 from __future__ import annotations
 
@@ -36,8 +34,6 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
-
-from carr_jax.model.config import Qwen3Config
 
 log = logging.getLogger(__name__)
 
@@ -137,25 +133,3 @@ def world_output_ids(train_records: Sequence[Mapping], eval_records: Sequence[Ma
   ids = (corpus_token_ids(corpus, fmt) | expert_token_ids(records, corpus, fmt, expert_configs)
          | label_token_ids(records, fmt) | special_ids() | ascii_token_ids(fmt))
   return tuple(sorted(int(i) for i in ids))
-
-
-def check_output_vocab(cfg: Qwen3Config, tokens, loss_mask) -> None:
-  """Raises ValueError when a token with loss is outside `cfg.output_ids` (no-op without them).
-
-  tokens / loss_mask: equal-shape arrays; the non-zero mask marks the tokens the loss scores,
-  e.g. packed `targets` with `loss_mask` [R, S], or a trajectory's `token_ids` / `loss_mask`.
-  """
-  if not cfg.output_ids:
-    return
-  tokens, mask = np.asarray(tokens), np.asarray(loss_mask) != 0
-  if tokens.shape != mask.shape:
-    raise ValueError(f"check_output_vocab: tokens {tokens.shape} and loss_mask {mask.shape} "
-                     "differ in shape")
-  scored = tokens[mask].astype(np.int64)  # in row-major order
-  ids = np.asarray(cfg.output_ids, np.int64)  # [V'] sorted
-  found = ids[np.minimum(np.searchsorted(ids, scored), len(ids) - 1)] == scored
-  if not found.all():
-    outside = scored[~found]
-    raise ValueError(f"{outside.size} of {scored.size} loss tokens are outside the restricted "
-                     f"output vocabulary (model.output_vocab, {len(ids)} ids); the first is "
-                     f"token id {int(outside[0])}")

@@ -77,10 +77,16 @@ def _normal_host(raw: str, url: str) -> str:
     raise _refuse(url, "the host name is not valid") from None
 
 
+def has_ambiguous_characters(url: str) -> bool:
+  """A backslash, whitespace or a non-printable character: parsers read such a URL
+  differently, and a line break in one could forge the next line of a tool's output."""
+  return any(c == _BACKSLASH or c.isspace() or not c.isprintable() for c in url)
+
+
 def refuse_ambiguous_characters(url: str) -> None:
-  """Raises the refusal for backslashes, whitespace and control characters (also in a
-  relative redirect Location, before anything joins it)."""
-  if any(c == _BACKSLASH or c.isspace() or not c.isprintable() for c in url):
+  """Raises the refusal for `has_ambiguous_characters` (also in a relative redirect Location,
+  before anything joins it)."""
+  if has_ambiguous_characters(url):
     raise _refuse(url, "the URL contains characters that parsers read differently")
 
 

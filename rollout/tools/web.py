@@ -39,8 +39,8 @@ import httpx
 from carr_common.http_retry import (AttemptFailed, GaveUp, LoopPool, RetryPolicy, status_failure,
                                     with_retries)
 from rollout.tools.backend import BackendError, Page, SearchHit
-from rollout.tools.url_policy import (check_url, parse_target, pinned_request,
-                                      refuse_ambiguous_characters)
+from rollout.tools.url_policy import (check_url, has_ambiguous_characters, parse_target,
+                                      pinned_request, refuse_ambiguous_characters)
 
 SERPER_SEARCH_URL = "https://google.serper.dev/search"
 JINA_READER_URL = "https://r.jina.ai"
@@ -157,10 +157,10 @@ def _join(base: str, location: str) -> str:
 
 
 def _is_link(value: Any) -> bool:
-  """A search API's `link` worth showing: a non-empty string with no whitespace or control
-  character (a newline in it could forge the next result's `URL Source:` line)."""
-  return (isinstance(value, str) and bool(value)
-          and not any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value))
+  """A search API's `link` worth showing: a non-empty string that `browser.open` would not
+  refuse for its characters (`url_policy.has_ambiguous_characters`; a newline in it could
+  forge the next result's `URL Source:` line)."""
+  return isinstance(value, str) and bool(value) and not has_ambiguous_characters(value)
 
 
 class WebBackend:
