@@ -1,12 +1,12 @@
-"""C-GRPO on the named-head synthetic world, from a cold-start SFT policy (CPU; in progress).
+"""Does not learn yet: C-GRPO on the named-head synthetic world, from a cold-start SFT policy.
 
-    python -m carr_jax.sft --config configs/sft_named_cpu.py --workdir workdir/named/sft
+    python -m carr_jax.sft --config configs/named_cpu.py:sft --workdir workdir/named/sft
     python -m carr_jax.train --config configs/named_cpu.py --workdir workdir/named/rl \
         --config.checkpoint.init_dir=workdir/named/sft/checkpoints
 
-The world (`demo_world`, shared with configs/sft_named_cpu.py) asks named-head questions of
-1-2 hops (carr_jax/world/named.py): "X, a painter, studied at a university. Which city is home
-to this university?", answered by searching and opening the pages that prove each hop and
+The world (`demo_world`, shared by every stage) asks named-head questions of 1-2 hops
+(carr_jax/world/named.py): "X, a painter, studied at a university. Which city is home to
+this university?", answered by searching and opening the pages that prove each hop and
 citing them; about half of the 2-hop questions admit a shortcut (the answer is named on the
 head's page). Names are one Qwen3 token each and marked in bold the way wiki text marks links
 (`data.world_mark_names`), and the prompt is the brief one (two terse tool schemas, a one-line
@@ -16,16 +16,29 @@ answer format), so an expert episode is ~1,050 tokens (800-1,400). The policy is
 questions before the first step and after the last, and ends with
 `heldout_accuracy start=... end=... n=... samples=...`.
 
-Measured on 2 cores: SFT (configs/sft_named_cpu.py, 150 or 300 steps) gives a policy whose
-greedy turns on the held-out split are well-formed tool calls 0.84 of the time but which
-solves no question: its first search never holds the question's head name (0 of 32), so a
+Measured on 2 cores: SFT (`:sft`, 150 or 300 steps) gives a policy whose greedy turns on the
+held-out split are well-formed tool calls 0.84 of the time but which solves no question: its first search never holds the question's head name (0 of 32), so a
 C-GRPO step here has zero rewards. Copying that name needs a warm start (docs/results.md).
+
+`:sft`, the cold start: the scripted expert (`carr_jax.world.expert`, brief answers, one
+search result per query) solves the training questions; the `demo_dense` policy imitates it
+on whole episodes (~1,050 tokens), in 2,048-token rows. Measured on 2 cores shared with other jobs: 3.9-4.8 s per step
+(1.8-3.5 s alone), loss 6.58 -> 0.25 at step 150 and 0.16 at step 300; greedy evaluation on
+32 held-out questions after either: well-formed tool calls in 0.84 of the turns, accuracy 0
+(tests/test_sft.py holds the first number above 0.5).
+
+`:copy` is a warm-up stage on the expert's search turns of 12 other worlds in a short context
+(`python -m carr_jax.expert --config configs/named_cpu.py:sft --search-examples 12
+--search-results 1 --no-find --out FILE`, then `--config.sft.data=FILE`, which it needs);
+the episode stage starts from it with `--config.checkpoint.init_dir`. Measured: 400 steps do not yet make the
+policy copy names (docs/results.md) with the format rule after the question; the brief prompt
+now states it first, which the copy probe learns far sooner with (not yet re-run here).
 """
 from configs import base
 
 
 def demo_world(c) -> None:
-  """The world and model both demo stages use (configs/sft_named_cpu.py imports this)."""
+  """The world and model every stage uses."""
   c.model.preset = "demo_dense"
   c.model.output_vocab = "world"
   c.judge.backend = "gold"  # the synthetic world's own answers; no API key
@@ -47,7 +60,12 @@ def demo_world(c) -> None:
   c.rollout.max_batch = 32
 
 
-def get_config():
+def get_config(arg=None):
+  """`arg` "sft": the cold start; "copy": its name-copy warm-up; none: the RL stage."""
+  if arg in ("sft", "copy"):
+    return sft_config(arg)
+  if arg is not None:
+    raise ValueError(f"unknown variant {arg!r} of configs/named_cpu.py; known: sft, copy")
   c = base.get_config()
   demo_world(c)
   c.data.prompts_per_step = 4
@@ -63,4 +81,35 @@ def get_config():
   c.train.eval_questions = 32
   c.train.eval_samples = 4
   c.checkpoint.every = 10
+  return c
+
+
+def sft_config(arg: str):
+  """The cold start (`:sft`), or its warm-up (`:copy`)."""
+  c = base.get_config()
+  demo_world(c)
+  c.sft = base.sft_section()
+  c.sft.epochs = 20
+  c.sft.batch_size = 4
+  c.sft.num_steps = 150
+  c.sft.expert_max_hops = 2
+  c.sft.expert_find = False
+  c.sft.expert_search_results = 1
+  c.sft.expert_answer = "brief"
+  c.batch.loss_positions_multiple = 128
+  c.optim.learning_rate = 3e-3
+  c.optim.warmup_steps = 10
+  c.optim.weight_decay = 0.0
+  c.batch.row_lengths = (2048,)
+  c.batch.overflow = "error"
+  c.batch.logprob_chunk = 512
+  c.checkpoint.every = 50
+  if arg == "copy":
+    c.sft.data = ""  # required: --config.sft.data=FILE (the module docstring)
+    c.sft.batch_size = 32
+    c.model.output_vocab_worlds = 12  # the names of the worlds the examples come from
+    c.sft.num_steps = 400
+    c.batch.row_lengths = (1024,)  # several 100-300-token examples per row
+    c.optim.warmup_steps = 0
+    c.checkpoint.every = 100
   return c

@@ -1,6 +1,6 @@
 """Greedy accuracy of a policy's search queries on the named world's held-out questions.
 
-    python scripts/search_copy_eval.py --config configs/sft_named_cpu.py:copy \
+    python scripts/search_copy_eval.py --config configs/named_cpu.py:copy \
         --checkpoint workdir/named/copy/checkpoints
 
 For every search turn of the scripted expert's episodes on the configured world's eval split,

@@ -16,7 +16,8 @@ from carr_jax.jobs import components
 from carr_jax.model import qwen3 as model_lib
 from carr_jax.model import sharding
 
-CONFIGS = [("base", None), ("demo_cpu", None), ("kinds_cpu", None), ("lookup_cpu", None),
+CONFIGS = [("base", None), ("demo_cpu", None), ("demo_cpu", "sft"), ("named_cpu", None),
+           ("named_cpu", "sft"), ("named_cpu", "copy"), ("kinds_cpu", None), ("lookup_cpu", None),
            ("lookup_cpu", "sft"), ("lookup_cpu", "main"), ("chain_cpu", None), ("chain_cpu", "sft"),
            ("chain_cpu", "main")] + [
     (name, arg) for name in ("cgrpo_qwen3_4b", "cgrpo_qwen3_30b_a3b")

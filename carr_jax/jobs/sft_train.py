@@ -49,6 +49,9 @@ def sft_examples(config, fmt, workdir: str) -> list[dict]:
       write_jsonl(os.path.join(workdir, "expert_trajectories.jsonl"), trajs)
     return [{"id": t["prompt_id"], "token_ids": t["token_ids"], "loss_mask": t["loss_mask"]}
             for t in trajs]
+  if not s.data.strip():
+    raise sft_data.SFTDataError("sft.data is empty: name trajectory JSONL files "
+                                "(--config.sft.data=FILE[,FILE]) or 'expert'")
   examples = []
   for path in (p.strip() for p in s.data.split(",") if p.strip()):
     found, skipped = sft_data.load_examples(path, fmt, min_outcome=s.min_outcome,
