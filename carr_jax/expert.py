@@ -28,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
     help="confirm each hop with browser.find")
   a("--search-examples", type=int, default=0, metavar="K",
     help="instead of episodes, write the copy warm-up examples (`search_examples`) of the "
-    "expert's episodes on every question of the K worlds seeded data.world_seed+1 .. +K "
+    "expert's episodes on every question of the K worlds seeded world.seed+1 .. +K "
     "(never the configured world itself)")
   return p
 
@@ -38,11 +38,11 @@ def _write_search_examples(args: argparse.Namespace, fmt: chat.ChatFormat,
   from carr_jax.jobs import tasks as data_lib
   from rollout.tools.corpus import CorpusBackend
   from rollout.trajectory import write_jsonl
-  data_cfg = args.config.data
+  world_cfg = args.config.world
   rows = []
   for _ in range(args.search_examples):
-    data_cfg.world_seed += 1
-    train, evals, corpus = data_lib.load_tasks(data_cfg)
+    world_cfg.seed += 1
+    train, evals, corpus = data_lib.world_tasks(world_cfg)
     episodes = asyncio.run(expert_trajectories(train + evals, CorpusBackend.from_records(corpus),
                                                fmt, cfg))
     rows += [ex for ep in episodes for ex in search_examples(ep, fmt)]
@@ -62,7 +62,7 @@ def _write_episodes(args: argparse.Namespace) -> None:
   cfg = ExpertConfig(search_results=args.search_results, use_find=args.find)
   if args.search_examples:
     return _write_search_examples(args, fmt, cfg)
-  train, evals, corpus = data_lib.load_tasks(config.data)
+  train, evals, corpus = data_lib.load_tasks(config.data, config.world)
   records = train if args.split == "train" else evals
   backend = CorpusBackend.from_records(corpus)
 

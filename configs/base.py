@@ -25,7 +25,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.attention = "auto"  # auto (by platform) | dense | blockwise | splash | cudnn
   c.model.hf_path = ""  # HF directory to initialise from ("" = random init / checkpoint)
   c.model.output_vocab = "full"  # "full" | "world" (softmax over the world's ids only; CPU demo)
-  c.model.output_vocab_worlds = 0  # "world": also the ids of the worlds seeded world_seed+1..+N
+  c.model.output_vocab_worlds = 0  # "world": also the ids of the worlds seeded world.seed+1..+N
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.init_dir = ""  # orbax checkpoint to initialise params from (e.g. after SFT)
@@ -46,26 +46,28 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.train_path = ""  # CaRR-format jsonl (source=jsonl)
   c.data.eval_path = ""  # held-out jsonl, same format (optional)
   c.data.corpus_path = ""  # offline corpus jsonl for tools.backend=corpus (world: built in)
-  c.data.world_seed = 0  # synthetic world seed
-  c.data.world_entities = 60  # synthetic world size (entities)
-  c.data.world_questions = 40  # synthetic questions (train + eval)
-  c.data.world_eval_fraction = 0.25  # share of synthetic questions held out for eval
-  c.data.world_style = "deep"  # "deep" (vague clues) | "named" (head named) | "kinds" (named.py)
-  # | "lookup" (kinds with glossary evidence, lookup.py) | "reference" (lookup.py: every question
-  # has its own link; the relation's kind is right except on exceptions)
-  c.data.world_min_hops = 2  # synthetic question lengths in hops ("named": from 1)
-  c.data.world_max_hops = 4
-  c.data.world_shortcut_fraction = 0.25  # share of (multi-hop; "lookup": all; "reference":
-  # training) questions admitting a shortcut
-  c.data.world_eval_shortcut_fraction = 0.5  # "reference": the same for held-out questions
-  c.data.world_locality = 0.0  # chance a person studies/works in their birth city (graph.py)
-  c.data.world_distractors = 6  # distractor sentences per synthetic page (0-6)
-  c.data.world_short_names = False  # one-token names, one-word people (world/graph.py)
-  c.data.world_prompt = "full"  # "full" | "brief" (2 terse tool schemas, one-line rule) | "answer"
-  c.data.world_mark_names = False  # other entities' names in **bold**, like links (world/pages.py)
   c.data.prompts_per_step = 16  # questions per step (paper: 16)
   c.data.group_size = 8  # rollouts per question, G (paper: 8)
   c.data.epochs = 3  # passes over the training questions (paper: 3); bounds num_steps
+
+  c.world = ml_collections.ConfigDict()  # the synthetic world (data.source="world")
+  c.world.seed = 0  # its seed
+  c.world.entities = 60  # its size (entities)
+  c.world.questions = 40  # synthetic questions (train + eval)
+  c.world.eval_fraction = 0.25  # share of synthetic questions held out for eval
+  c.world.style = "deep"  # "deep" (vague clues) | "named" (head named) | "kinds" (named.py)
+  # | "lookup" (kinds with glossary evidence, lookup.py) | "reference" (lookup.py: every question
+  # has its own link; the relation's kind is right except on exceptions)
+  c.world.min_hops = 2  # synthetic question lengths in hops ("named": from 1)
+  c.world.max_hops = 4
+  c.world.shortcut_fraction = 0.25  # share of (multi-hop; "lookup": all; "reference":
+  # training) questions admitting a shortcut
+  c.world.eval_shortcut_fraction = 0.5  # "reference": the same for held-out questions
+  c.world.locality = 0.0  # chance a person studies/works in their birth city (graph.py)
+  c.world.distractors = 6  # distractor sentences per synthetic page (0-6)
+  c.world.short_names = False  # one-token names, one-word people (world/graph.py)
+  c.world.prompt = "full"  # "full" | "brief" (2 terse tool schemas, one-line rule) | "answer"
+  c.world.mark_names = False  # other entities' names in **bold**, like links (world/pages.py)
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.engine = "jax"  # "jax" (in-process sampler) | "sglang" (HTTP server(s))

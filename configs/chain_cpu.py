@@ -34,9 +34,9 @@ from configs import lookup_cpu
 def chain_world(c) -> None:
   """The world and model every stage uses: lookup_cpu's, with 2-page chains."""
   lookup_cpu.lookup_world(c)
-  c.data.world_style = "chain"
-  c.data.world_min_hops = 2
-  c.data.world_max_hops = 2
+  c.world.style = "chain"
+  c.world.min_hops = 2
+  c.world.max_hops = 2
   c.rollout.max_turn_tokens = 96  # the cited reply is ~70 tokens
   c.rollout.max_context_tokens = 640  # a cited expert episode is ~560
   c.rollout.max_tool_calls = 3

@@ -7,7 +7,7 @@
         --config.checkpoint.init_dir=workdir/demo/sft_noisy/checkpoints
 
 (The main job, `bash scripts/demo.sh`, is configs/lookup_cpu.py, with the browser tools;
-this one takes 3 minutes.) Kind questions (`data.world_style="kinds"`,
+this one takes 3 minutes.) Kind questions (`world.style="kinds"`,
 carr_jax/world/named.py): "X, a painter, studied at something. Is that a city or an
 organization? Answer with one word." The relation decides the answer (5 relations), the two
 answers come in equal numbers, and nothing needs a tool, so this checks the learning loop
@@ -31,14 +31,14 @@ def kinds_world(c) -> None:
   c.model.preset = "demo_dense"
   c.model.output_vocab = "world"
   c.judge.backend = "gold"  # the synthetic world's own answers; no API key
-  c.data.world_style = "kinds"
-  c.data.world_entities = 400
-  c.data.world_questions = 400
-  c.data.world_eval_fraction = 0.25
-  c.data.world_min_hops = 1
-  c.data.world_max_hops = 1
-  c.data.world_distractors = 0
-  c.data.world_prompt = "answer"  # no tool schemas: nothing to look up
+  c.world.style = "kinds"
+  c.world.entities = 400
+  c.world.questions = 400
+  c.world.eval_fraction = 0.25
+  c.world.min_hops = 1
+  c.world.max_hops = 1
+  c.world.distractors = 0
+  c.world.prompt = "answer"  # no tool schemas: nothing to look up
   c.rollout.max_turn_tokens = 16
   c.rollout.max_context_tokens = 96  # a prompt is ~60 tokens, a reply ~10
   c.batch.row_lengths = (96,)  # one episode per row

@@ -15,12 +15,12 @@ which run, from the CLIs, for seed k:
 
 (no variant: the same RL run with held-out avg@2 every 25 steps.)
 
-Reference questions (`data.world_style="reference"`, carr_jax/world/lookup.py) ask the kind
+Reference questions (`world.style="reference"`, carr_jax/world/lookup.py) ask the kind
 of the thing a named subject's relation points to, and give each question its own link
 number: "X, a painter, studied at something (link 417). Is that a city or an organization?"
 The relation's usual kind is a shortcut, right on 80% of the training questions
-(`data.world_shortcut_fraction`) and on half of the held-out ones
-(`data.world_eval_shortcut_fraction`); on the others only the glossary page of the
+(`world.shortcut_fraction`) and on half of the held-out ones
+(`world.eval_shortcut_fraction`); on the others only the glossary page of the
 question's own link tells the answer (the evidence-only split). The prompt offers
 browser.search and browser.open; searching "glossary link 417" ranks that page first, and
 the gold judge's rubric reward is 1 only for an answer that cites it and whose exact answer
@@ -44,16 +44,16 @@ def lookup_world(c) -> None:
   c.model.preset = "demo_dense"
   c.model.output_vocab = "world"
   c.judge.backend = "gold"  # the synthetic world's own answers; no API key
-  c.data.world_style = "reference"
-  c.data.world_entities = 400
-  c.data.world_questions = 400
-  c.data.world_eval_fraction = 0.25  # 100 held out, 50 of them evidence-only
-  c.data.world_shortcut_fraction = 0.8
-  c.data.world_eval_shortcut_fraction = 0.5
-  c.data.world_min_hops = 1
-  c.data.world_max_hops = 1
-  c.data.world_distractors = 0
-  c.data.world_prompt = "brief"  # browser.search and browser.open
+  c.world.style = "reference"
+  c.world.entities = 400
+  c.world.questions = 400
+  c.world.eval_fraction = 0.25  # 100 held out, 50 of them evidence-only
+  c.world.shortcut_fraction = 0.8
+  c.world.eval_shortcut_fraction = 0.5
+  c.world.min_hops = 1
+  c.world.max_hops = 1
+  c.world.distractors = 0
+  c.world.prompt = "brief"  # browser.search and browser.open
   c.rollout.max_turn_tokens = 64
   c.rollout.max_context_tokens = 448  # a prompt is ~280 tokens, a cited expert episode ~430
   c.rollout.max_tool_calls = 2

@@ -9,7 +9,7 @@ The world (`demo_world`, shared by every stage) asks named-head questions of 1-2
 this university?", answered by searching and opening the pages that prove each hop and
 citing them; about half of the 2-hop questions admit a shortcut (the answer is named on the
 head's page). Names are one Qwen3 token each and marked in bold the way wiki text marks links
-(`data.world_mark_names`), and the prompt is the brief one (two terse tool schemas, a one-line
+(`world.mark_names`), and the prompt is the brief one (two terse tool schemas, a one-line
 answer format), so an expert episode is ~1,050 tokens (800-1,400). The policy is a small Qwen3
 (`demo_dense`) with the real tokenizer; its output softmax covers only the ids the world uses
 (`model.output_vocab="world"`). The trainer evaluates avg@k accuracy on the same held-out
@@ -42,18 +42,18 @@ def demo_world(c) -> None:
   c.model.preset = "demo_dense"
   c.model.output_vocab = "world"
   c.judge.backend = "gold"  # the synthetic world's own answers; no API key
-  c.data.world_style = "named"
-  c.data.world_entities = 120
-  c.data.world_questions = 200
-  c.data.world_eval_fraction = 0.25
-  c.data.world_min_hops = 1
-  c.data.world_max_hops = 2
-  c.data.world_shortcut_fraction = 0.5
-  c.data.world_locality = 0.8
-  c.data.world_distractors = 0
-  c.data.world_short_names = True
-  c.data.world_prompt = "brief"
-  c.data.world_mark_names = True
+  c.world.style = "named"
+  c.world.entities = 120
+  c.world.questions = 200
+  c.world.eval_fraction = 0.25
+  c.world.min_hops = 1
+  c.world.max_hops = 2
+  c.world.shortcut_fraction = 0.5
+  c.world.locality = 0.8
+  c.world.distractors = 0
+  c.world.short_names = True
+  c.world.prompt = "brief"
+  c.world.mark_names = True
   c.rollout.max_turn_tokens = 160
   c.rollout.max_context_tokens = 2048  # the expert's longest episode is ~1,400 tokens
   c.rollout.max_tool_calls = 8

@@ -3,7 +3,7 @@
     python scripts/kind_probe.py --config configs/kinds_cpu.py \
         --checkpoint workdir/demo/sft/checkpoints [--checkpoint workdir/demo/rl/checkpoints]
 
-For each held-out question of the configured kinds world (`data.world_style="kinds"`) it
+For each held-out question of the configured kinds world (`world.style="kinds"`) it
 feeds the prompt and the reply's fixed start ("## Exact Answer" and a newline) and reads the
 next-token probabilities of the two options. It prints, per checkpoint: the mean probability
 of the right option (what avg@k at temperature 1 tends to once the format is right), the share
@@ -166,7 +166,7 @@ def _probe(args: argparse.Namespace) -> None:
   config = args.config
   cfg, vocab = components.model_config(config), components.output_vocab(config)
   fmt = chat.ChatFormat(components.tokenizer(config))
-  _, records, corpus = data_lib.load_tasks(config.data)
+  _, records, corpus = data_lib.load_tasks(config.data, config.world)
   options = records[0]["metadata"]["gold"]["options"]
   option_ids = [fmt.encode(o) for o in options]
   if any(len(ids) != 1 for ids in option_ids):

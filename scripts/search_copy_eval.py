@@ -60,7 +60,7 @@ def _evaluate(args: argparse.Namespace) -> None:
   cfg, vocab = components.model_config(config), components.output_vocab(config)
   params, _ = policy_params(config, cfg, args.checkpoint)
   fmt = chat.ChatFormat(components.tokenizer(config))
-  _, evals, corpus = data_lib.load_tasks(config.data)
+  _, evals, corpus = data_lib.load_tasks(config.data, config.world)
   episodes = asyncio.run(expert_trajectories(
       evals, CorpusBackend.from_records(corpus), fmt, ExpertConfig(1, False, "brief")))
   examples = [e for ep in episodes for e in search_examples(ep, fmt)]

@@ -128,3 +128,22 @@ def test_command_line_overrides_reach_the_dataclasses(tmp_path):
   assert (packing.coarse_rows, packing.row_multiple, packing.vocab_size) == (False, 2, 1000)
   from rollout.tools.web import WebConfig
   assert components.build(WebConfig, config).max_redirects == 2
+
+
+def test_every_world_key_builds_the_world():
+  """The `world` section is the synthetic world's settings, all read where the jobs build it
+  (carr_jax.jobs.tasks.world_tasks, the one seam)."""
+  from carr_jax.jobs import tasks
+
+  class Reads:
+    def __init__(self, section):
+      self.section, self.keys = section, set()
+
+    def __getattr__(self, key):
+      self.keys.add(key)
+      return self.section[key]
+
+  world = base.get_config().world
+  reads = Reads(world)
+  train, evals, corpus = tasks.world_tasks(reads)
+  assert reads.keys == set(world.keys()) and train and evals and corpus

@@ -280,7 +280,7 @@ def test_components_build_world_ids_for_the_jax_engine_only():
   from tests.test_tokenizer import qwen3_tokenizer_dir
   c = demo_cpu.get_config()
   c.rollout.tokenizer_dir = str(qwen3_tokenizer_dir())
-  c.data.world_entities, c.data.world_questions = 20, 4
+  c.world.entities, c.world.questions = 20, 4
   c.model.output_vocab = "world"
   cfg, vocab = components.model_config(c), components.output_vocab(c)
   assert cfg == get_preset(c.model.preset)  # the model is the same with either vocabulary

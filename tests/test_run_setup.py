@@ -38,7 +38,7 @@ def add_secrets(config, monkeypatch):
 
 def rl_config():
   c = demo_cpu.get_config()
-  c.data.world_entities, c.data.world_questions = 30, 12
+  c.world.entities, c.world.questions = 30, 12
   c.data.prompts_per_step, c.data.group_size = 2, 2
   c.rollout.max_turn_tokens, c.rollout.max_context_tokens = 16, 1024
   c.batch.row_lengths = (1024,)

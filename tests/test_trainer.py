@@ -22,7 +22,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OVERRIDES = [
-    "--config.data.world_entities=30", "--config.data.world_questions=12",
+    "--config.world.entities=30", "--config.world.questions=12",
     "--config.data.prompts_per_step=2", "--config.data.group_size=2",
     "--config.rollout.max_turn_tokens=16", "--config.rollout.max_context_tokens=1024",
     "--config.batch.row_lengths=(1024,)", "--config.train.num_steps=2",

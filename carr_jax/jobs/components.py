@@ -115,10 +115,10 @@ def output_vocab(config: Any) -> RestrictedVocab | None:
   from carr_jax.world.output_vocab import world_output_ids
   from rollout.chat import ChatFormat
   fmt, ids = ChatFormat(tokenizer(config)), set()
-  data_cfg = config.data.copy_and_resolve_references()
+  world_cfg = config.world.copy_and_resolve_references()
   for k in range(1 + config.model.output_vocab_worlds):  # the same ids for SFT and RL
-    data_cfg.world_seed = config.data.world_seed + k
-    ids.update(world_output_ids(*data_lib.load_tasks(data_cfg), fmt))
+    world_cfg.seed = config.world.seed + k
+    ids.update(world_output_ids(*data_lib.world_tasks(world_cfg), fmt))
   return RestrictedVocab(tuple(sorted(ids)))
 
 

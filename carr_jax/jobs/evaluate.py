@@ -209,9 +209,7 @@ def eval_data(config: Any, spec: str) -> tuple[list[dict], list[dict]]:
     split = spec.split(":", 1)[1]
     if split not in ("eval", "train"):
       raise EvalError(f"--data={spec!r}: use world:eval or world:train")
-    world_cfg = config.data.copy_and_resolve_references()
-    world_cfg.source = "world"
-    train, evals, corpus = data_lib.load_tasks(world_cfg)
+    train, evals, corpus = data_lib.world_tasks(config.world)
     return (evals if split == "eval" else train), corpus
   corpus = data_lib.read_jsonl(config.data.corpus_path) if config.data.corpus_path else []
   return load_eval_records(spec), corpus

@@ -40,7 +40,7 @@ def sft_examples(config, fmt, workdir: str) -> list[dict]:
     from carr_jax.world.expert import expert_trajectories
     from rollout.tools.corpus import CorpusBackend
     from rollout.trajectory import write_jsonl
-    train, _, corpus = data_lib.load_tasks(config.data)
+    train, _, corpus = data_lib.load_tasks(config.data, config.world)
     train = [r for r in train if r["metadata"]["gold"]["hops"] <= s.expert_max_hops]
     trajs = asyncio.run(expert_trajectories(
         train, CorpusBackend.from_records(corpus), fmt,

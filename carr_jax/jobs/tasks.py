@@ -1,8 +1,9 @@
 """Training questions: loading CaRR records (or the synthetic world) and a resumable loader.
 
-`load_tasks(config.data)` returns (train records, eval records, corpus pages): either the
-synthetic world built in-process from `data.world_seed` (the CPU default), or CaRR-format
-jsonl files plus an offline corpus. Malformed records are rejected with the file, line and
+`load_tasks(config.data, config.world)` returns (train records, eval records, corpus pages):
+either the synthetic world built in-process from the `world` section (`world_tasks`, the CPU
+default, the one place the jobs reach the synthetic world's questions), or CaRR-format jsonl
+files plus an offline corpus. Malformed records are rejected with the file, line and
 field named. `TaskLoader` yields `prompts_per_step` records per step in a per-epoch seeded
 shuffle; its position is a small dict saved with every checkpoint, so a resumed run sees
 exactly the questions an uninterrupted run would have seen.
@@ -58,20 +59,22 @@ def load_records(path: str | Path) -> list[dict]:
   return [validate_record(r, place) for place, r in numbered_jsonl(path)]
 
 
-def load_tasks(data_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
+def world_tasks(world_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
+  """(train records, eval records, corpus page records) of the synthetic world of `world.*`."""
+  from carr_jax.world import build_world
+  w = world_cfg
+  world = build_world(w.seed, w.entities, w.questions, eval_fraction=w.eval_fraction,
+                      shortcut_fraction=w.shortcut_fraction, min_hops=w.min_hops,
+                      max_hops=w.max_hops, style=w.style, locality=w.locality,
+                      distractors=w.distractors, short_names=w.short_names, prompt=w.prompt,
+                      mark_names=w.mark_names, eval_shortcut_fraction=w.eval_shortcut_fraction)
+  return world.train, world.eval, world.corpus()
+
+
+def load_tasks(data_cfg: Any, world_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
   """(train records, eval records, corpus page records) for the configured source."""
   if data_cfg.source == "world":
-    from carr_jax.world import build_world
-    world = build_world(data_cfg.world_seed, data_cfg.world_entities, data_cfg.world_questions,
-                        eval_fraction=data_cfg.world_eval_fraction,
-                        shortcut_fraction=data_cfg.world_shortcut_fraction,
-                        min_hops=data_cfg.world_min_hops, max_hops=data_cfg.world_max_hops,
-                        style=data_cfg.world_style, locality=data_cfg.world_locality,
-                        distractors=data_cfg.world_distractors,
-                        short_names=data_cfg.world_short_names, prompt=data_cfg.world_prompt,
-                        mark_names=data_cfg.world_mark_names,
-                        eval_shortcut_fraction=data_cfg.world_eval_shortcut_fraction)
-    return world.train, world.eval, world.corpus()
+    return world_tasks(world_cfg)
   if data_cfg.source != "jsonl":
     raise DataError(f"data.source must be 'world' or 'jsonl', got {data_cfg.source!r}")
   if not data_cfg.train_path:
