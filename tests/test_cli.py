@@ -21,7 +21,7 @@ ENTRY_POINTS = ("carr_jax.train", "carr_jax.sft", "carr_jax.evaluate", "carr_jax
                 "carr_jax.aot", "carr_jax.expert", "carr_jax.eval_crypto", "judge.server",
                 "judge.rubric_gen", "judge.testing", "carr_jax.shortcut_report")
 SCRIPTS = ("make_world", "launch_sglang", "fetch_tokenizer", "generate_rubrics", "kind_probe",
-           "search_copy_eval", "name_copy_probe")
+           "search_copy_eval")
 
 
 def _train_error(capsys, *args: str) -> str:
