@@ -17,22 +17,23 @@ questions before the first step and after the last, and ends with
 `heldout_accuracy start=... end=... n=... samples=...`.
 
 Measured on 2 cores: SFT (`:sft`, 150 or 300 steps) gives a policy whose greedy turns on the
-held-out split are well-formed tool calls 0.84 of the time but which solves no question: its first search never holds the question's head name (0 of 32), so a
-C-GRPO step here has zero rewards. Copying that name needs a warm start (docs/results.md).
+held-out split are well-formed tool calls 0.84 of the time but which solves no question: its
+first search never holds the question's head name (0 of 32), so a C-GRPO step here has zero
+rewards. Copying that name needs a warm start (docs/results.md).
 
-`:sft`, the cold start: the scripted expert (`carr_jax.world.expert`, brief answers, one
-search result per query) solves the training questions; the `demo_dense` policy imitates it
-on whole episodes (~1,050 tokens), in 2,048-token rows. Measured on 2 cores shared with other jobs: 3.9-4.8 s per step
-(1.8-3.5 s alone), loss 6.58 -> 0.25 at step 150 and 0.16 at step 300; greedy evaluation on
-32 held-out questions after either: well-formed tool calls in 0.84 of the turns, accuracy 0
-(tests/test_sft.py holds the first number above 0.5).
+`:sft`, the cold start: the scripted expert (`carr_jax.world.expert`, brief answers, one search
+result per query) solves the training questions; the `demo_dense` policy imitates it on whole
+episodes (~1,050 tokens), in 2,048-token rows. Measured on 2 cores shared with other jobs:
+3.9-4.8 s per step (1.8-3.5 s alone), loss 6.58 -> 0.25 at step 150 and 0.16 at step 300; greedy
+evaluation on 32 held-out questions after either: well-formed tool calls in 0.84 of the turns,
+accuracy 0 (tests/test_sft.py holds the first number above 0.5).
 
 `:copy` is a warm-up stage on the expert's search turns of 12 other worlds in a short context
 (`python -m carr_jax.expert --config configs/named_cpu.py:sft --search-examples 12
---search-results 1 --no-find --out FILE`, then `--config.sft.data=FILE`, which it needs);
-the episode stage starts from it with `--config.checkpoint.init_dir`. Measured: 400 steps do not yet make the
-policy copy names (docs/results.md) with the format rule after the question; the brief prompt
-now states it first, which the copy probe learns far sooner with (not yet re-run here).
+--search-results 1 --no-find --out FILE`, then `--config.sft.data=FILE`, which it needs); the
+episode stage starts from it with `--config.checkpoint.init_dir`. Measured: 400 steps do not yet
+make the policy copy names (docs/results.md) with the format rule after the question; the brief
+prompt now states it first, which the copy probe learns far sooner with (not yet re-run here).
 """
 from configs import base
 

@@ -7,8 +7,9 @@ the one default of every key; a dataclass default equals it (tests/test_config_s
 
 A builder reads its own section (the `SOURCES` section; engine and tokenizer: rollout,
 tool_backend: tools) and, where named here, other keys for a stated reason:
-  output_vocab   rollout.engine, rollout.tokenizer_dir, data.*: model.output_vocab="world"
-                 needs the in-process engine and the synthetic world, whose token ids it collects
+  output_vocab   rollout.engine, rollout.tokenizer_dir, data.source, world.*:
+                 model.output_vocab="world" needs the in-process engine and the synthetic
+                 world, whose token ids it collects
   step_config    rollout.temperature: the loss divides logits by the sampling temperature
   engine         seed: the in-process sampler's PRNG seed
 Arguments, not keys, give the rest: the mesh and vocabulary size (packing_config), the model
