@@ -1,19 +1,42 @@
 """One default per config key: configs/base.py.
 
-carr_jax.jobs.components builds every dataclass config from the keys its `SOURCES` entry names.
-These tests fail when a field has no key (and is not listed as derived), when a key of a
-section is read by nothing, when a dataclass default differs from base.py's, or when an
-override of a key does not reach the built dataclass.
+carr_jax.jobs.components builds each dataclass config from one section (`from_section`).
+These tests fail when a field has no key (and its builder does not compute it), when a key of
+a built section is read by nothing, when a dataclass default differs from base.py's, or when
+an override of a key does not reach the built dataclass.
 """
 import dataclasses
-import importlib
 
 import pytest
 
 from carr_common import dotted
 from carr_jax import cli
+from carr_jax.coldstart.step import SFTStepConfig
 from carr_jax.jobs import components
+from carr_jax.model.config import Qwen3Config
+from carr_jax.rl import loss, packing, rewards
+from carr_jax.rl import train_step as ts
+from carr_jax.world.expert import ExpertConfig
 from configs import base
+from judge.config import JudgeConfig
+from rollout.agent import RolloutConfig
+from rollout.tools.web import WebConfig
+
+# (dataclass, its section, its renamed fields, the fields its builder computes), as the
+# builders of carr_jax.jobs.components call from_section.
+BUILT = [
+    (Qwen3Config, "model", {}, set(components.ARCHITECTURE)),
+    (ts.OptimConfig, "optim", {}, set()),
+    (loss.LossConfig, "loss", {}, set()),
+    (ts.StepConfig, "batch", {}, {"temperature", "loss_positions", "on_policy", "vocab"}),
+    (SFTStepConfig, "batch", {}, {"vocab"}),
+    (rewards.RewardConfig, "reward", {}, set()),
+    (packing.PackingConfig, "batch", {}, {"row_multiple", "vocab_size"}),
+    (ExpertConfig, "sft", components.EXPERT_KEYS, set()),
+    (RolloutConfig, "rollout", {}, set()),
+    (WebConfig, "tools", {}, set()),
+    (JudgeConfig, "judge", {}, {"cache_path"}),
+]
 
 # Keys of the built sections that no dataclass field takes, and the code that reads them.
 READ_ELSEWHERE = {
@@ -40,15 +63,8 @@ def full_config():
   return c
 
 
-def _dataclass_of(name: str) -> type:
-  """The class of a `components.SOURCES` name ("module.Class")."""
-  module, _, cls = name.rpartition(".")
-  return getattr(importlib.import_module(module), cls)
-
-
-def sources():
-  return [(name, s, dataclasses.fields(_dataclass_of(name)))
-          for name, s in components.SOURCES.items()]
+def key_of(section, renamed, field):
+  return f"{section}.{renamed.get(field, field)}"
 
 
 def has_key(config, key):
@@ -67,22 +83,22 @@ def default_of(field):
   return dataclasses.MISSING
 
 
-def test_every_field_has_a_key_or_is_derived():
+def test_every_field_has_a_key_or_is_computed():
   config = full_config()
-  for name, source, fields in sources():
-    names = {f.name for f in fields}
-    assert set(source.derived) <= names and set(source.keys) <= names, name
-    missing = [components.key_of(source, f.name) for f in fields
-               if f.name not in source.derived
-               and not has_key(config, components.key_of(source, f.name))]
-    assert not missing, f"{name}: fields without a key in configs/base.py: {missing}"
+  for cls, section, renamed, computed in BUILT:
+    names = {f.name for f in dataclasses.fields(cls)}
+    assert computed <= names and set(renamed) <= names, cls
+    missing = [key_of(section, renamed, f.name) for f in dataclasses.fields(cls)
+               if f.name not in computed
+               and not has_key(config, key_of(section, renamed, f.name))]
+    assert not missing, f"{cls.__qualname__}: fields without a key in configs/base.py: {missing}"
 
 
 def test_every_key_of_a_built_section_is_read():
   config = full_config()
-  taken = {components.key_of(s, f.name) for _, s, fields in sources() for f in fields
-           if f.name not in s.derived}
-  sections = {s.section for s in components.SOURCES.values()}
+  taken = {key_of(section, renamed, f.name) for cls, section, renamed, computed in BUILT
+           for f in dataclasses.fields(cls) if f.name not in computed}
+  sections = {section for _, section, _, _ in BUILT}
   keys = {f"{sec}.{k}" for sec in sections for k in config[sec].keys()}
   assert not keys - taken - set(READ_ELSEWHERE), "keys no field takes and nothing reads"
   assert not set(READ_ELSEWHERE) - keys, "READ_ELSEWHERE names keys that do not exist"
@@ -92,22 +108,25 @@ def test_every_key_of_a_built_section_is_read():
 def test_dataclass_defaults_equal_base():
   config = full_config()
   disagree = []
-  for name, source, fields in sources():
-    for f in fields:
+  for cls, section, renamed, computed in BUILT:
+    for f in dataclasses.fields(cls):
       default = default_of(f)
-      if f.name in source.derived or default is dataclasses.MISSING:
+      if f.name in computed or default is dataclasses.MISSING:
         continue
-      key = components.key_of(source, f.name)
+      key = key_of(section, renamed, f.name)
       if dotted.get(config, key) != default:
-        disagree.append(f"{name}.{f.name}={default!r} vs {key}="
+        disagree.append(f"{cls.__qualname__}.{f.name}={default!r} vs {key}="
                         f"{dotted.get(config, key)!r}")
   assert not disagree, disagree
 
 
-def test_builders_reject_a_wrong_set_of_derived_fields():
-  from carr_jax.rl import train_step as ts
-  with pytest.raises(TypeError, match="loss_positions"):
-    components.build(ts.StepConfig, full_config(), temperature=1.0)
+def test_from_section_names_a_missing_key_and_refuses_an_unknown_field():
+  section = full_config().reward
+  del section["alpha"]
+  with pytest.raises(KeyError, match="RewardConfig.alpha needs the config key 'alpha'"):
+    components.from_section(rewards.RewardConfig, section)
+  with pytest.raises(TypeError, match="colour"):
+    components.from_section(rewards.RewardConfig, full_config().reward, colour=1)
 
 
 def test_command_line_overrides_reach_the_dataclasses(tmp_path):
@@ -126,8 +145,7 @@ def test_command_line_overrides_reach_the_dataclasses(tmp_path):
   mesh = type("Mesh", (), {"shape": {"data": 2, "fsdp": 1, "expert": 1}})()
   packing = components.packing_config(config, mesh, 1000)
   assert (packing.coarse_rows, packing.row_multiple, packing.vocab_size) == (False, 2, 1000)
-  from rollout.tools.web import WebConfig
-  assert components.build(WebConfig, config).max_redirects == 2
+  assert components.from_section(WebConfig, config.tools).max_redirects == 2
 
 
 def test_every_world_key_builds_the_world():

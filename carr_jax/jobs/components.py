@@ -1,12 +1,12 @@
 """Builds the trainer's parts from an ml_collections config: one function per part.
 
-Every dataclass config is built by `build`: field `f` of a dataclass takes the key
-`<section>.<f>` of its `SOURCES` entry, or the dotted key its `keys` names; the fields in
-`derived` are computed by the builder instead (each with its reason). configs/base.py holds
-the one default of every key; a dataclass default equals it (tests/test_config_single_source.py).
+Each dataclass config comes from one section of the config (`from_section`): field `f` of
+the dataclass is the key `<section>.<f>`, except the fields its builder computes, which the
+builder names with their reason. configs/base.py holds the one default of every key; a
+dataclass default equals it (tests/test_config_single_source.py).
 
-A builder reads its own section (the `SOURCES` section; engine and tokenizer: rollout,
-tool_backend: tools) and, where named here, other keys for a stated reason:
+A builder reads its own section (engine and tokenizer: rollout; tool_backend: tools) and, where
+named here, other keys for a stated reason:
   output_vocab   rollout.engine, rollout.tokenizer_dir, data.source, world.*:
                  model.output_vocab="world" needs the in-process engine and the synthetic
                  world, whose token ids it collects
@@ -22,7 +22,6 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
-from carr_common import dotted
 from carr_jax.model.config import Qwen3Config, get_preset
 from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.rl import loss as loss_lib
@@ -30,62 +29,30 @@ from carr_jax.rl import packing
 from carr_jax.rl import rewards
 from carr_jax.rl import train_step as ts
 
+ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                "head_dim", "intermediate_size", "rope_theta", "rms_norm_eps",
+                "tie_word_embeddings", "max_position_embeddings", "num_experts",
+                "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+                "router_aux_loss_coef")  # Qwen3Config fields of model.preset / model.hf_path
 
-@dataclasses.dataclass(frozen=True)
-class Source:
-  """Where the fields of one dataclass config come from."""
-  section: str  # field f takes the key <section>.<f> ...
-  keys: Mapping[str, str] = dataclasses.field(default_factory=dict)  # ... or this dotted key
-  derived: Mapping[str, str] = dataclasses.field(default_factory=dict)  # field -> why computed
-
-
-_ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                 "head_dim", "intermediate_size", "rope_theta", "rms_norm_eps",
-                 "tie_word_embeddings", "max_position_embeddings", "num_experts",
-                 "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
-                 "router_aux_loss_coef")
-
-# "module.Class" -> Source; the classes are imported only when built (judge, rollout: lazily).
-SOURCES = {
-    "carr_jax.model.config.Qwen3Config": Source("model", derived={
-        name: "architecture: model.preset, or config.json of model.hf_path"
-        for name in _ARCHITECTURE}),
-    "carr_jax.rl.train_step.OptimConfig": Source("optim"),
-    "carr_jax.rl.loss.LossConfig": Source("loss"),
-    "carr_jax.rl.train_step.StepConfig": Source("batch", derived={
-        "temperature": "rollout.temperature, 0 (greedy sampling) read as 1",
-        "loss_positions": "batch.loss_positions_multiple > 0",
-        "on_policy": "loss.old_logprobs == 'trainer'",
-        "vocab": "model.output_vocab's token ids (output_vocab below)"}),
-    "carr_jax.coldstart.step.SFTStepConfig": Source("batch", derived={
-        "vocab": "model.output_vocab's token ids (output_vocab below)"}),
-    "carr_jax.rl.rewards.RewardConfig": Source("reward"),
-    "carr_jax.rl.packing.PackingConfig": Source("batch", derived={
-        "row_multiple": "the mesh's data-parallel shards x batch.micro_batches",
-        "vocab_size": "the model's vocabulary"}),
-    "carr_jax.world.expert.ExpertConfig": Source("sft", keys={
-        "search_results": "sft.expert_search_results", "use_find": "sft.expert_find",
-        "answer": "sft.expert_answer", "known_fraction": "sft.expert_known_fraction"}),
-    "rollout.agent.RolloutConfig": Source("rollout"),
-    "rollout.tools.web.WebConfig": Source("tools"),
-    "judge.config.JudgeConfig": Source("judge", derived={
-        "cache_path": "judge.cache_path, '' = judge_cache.sqlite in the run's directory"}),
-}
+# The scripted expert's fields -> their keys in the `sft` section.
+EXPERT_KEYS = {"search_results": "expert_search_results", "use_find": "expert_find",
+               "answer": "expert_answer", "known_fraction": "expert_known_fraction"}
 
 
-def key_of(source: Source, field: str) -> str:
-  return source.keys.get(field, f"{source.section}.{field}")
-
-
-def build(cls: type, config: Any, **derived: Any) -> Any:
-  """`cls` from its config keys (`SOURCES`); `derived` are exactly its derived fields."""
-  source = SOURCES[f"{cls.__module__}.{cls.__qualname__}"]
-  if set(derived) != set(source.derived):
-    raise TypeError(f"{cls.__qualname__}: the builder must pass exactly {sorted(source.derived)}"
-                    f", got {sorted(derived)}")
-  given = {f.name: dotted.get(config, key_of(source, f.name)) for f in dataclasses.fields(cls)
-           if f.name not in source.derived}
-  return cls(**given, **derived)
+def from_section(cls: type, section: Any, renamed: Mapping[str, str] | None = None,
+                 **computed: Any) -> Any:
+  """`cls` whose field f is `section[f]` (or `section[renamed[f]]`), but for the fields in
+  `computed`, which the caller gives. A field with neither raises KeyError naming its key."""
+  renamed, given = renamed or {}, {}
+  for f in dataclasses.fields(cls):
+    if f.name in computed:
+      continue
+    key = renamed.get(f.name, f.name)
+    if key not in section:
+      raise KeyError(f"{cls.__qualname__}.{f.name} needs the config key {key!r} in its section")
+    given[f.name] = section[key]
+  return cls(**given, **computed)
 
 
 def model_config(config: Any) -> Qwen3Config:
@@ -96,7 +63,7 @@ def model_config(config: Any) -> Qwen3Config:
     arch = read_hf_config(m.hf_path)
   else:
     arch = get_preset(m.preset)
-  return build(Qwen3Config, config, **{name: getattr(arch, name) for name in _ARCHITECTURE})
+  return from_section(Qwen3Config, m, **{name: getattr(arch, name) for name in ARCHITECTURE})
 
 
 def output_vocab(config: Any) -> RestrictedVocab | None:
@@ -124,7 +91,7 @@ def output_vocab(config: Any) -> RestrictedVocab | None:
 
 
 def optim_config(config: Any) -> ts.OptimConfig:
-  return build(ts.OptimConfig, config)
+  return from_section(ts.OptimConfig, config.optim)
 
 
 def loss_config(config: Any) -> loss_lib.LossConfig:
@@ -134,22 +101,24 @@ def loss_config(config: Any) -> loss_lib.LossConfig:
   if lc.old_logprobs == "rollout" and lc.importance_sampling != "none":
     raise ValueError("loss.importance_sampling compares trainer and rollout log-probs; it "
                      "needs loss.old_logprobs='trainer'")
-  return build(loss_lib.LossConfig, config)
+  return from_section(loss_lib.LossConfig, lc)
 
 
 def step_config(config: Any, vocab: RestrictedVocab | None = None) -> ts.StepConfig:
-  return build(ts.StepConfig, config, temperature=config.rollout.temperature or 1.0,
-               loss_positions=config.batch.loss_positions_multiple > 0,
-               on_policy=config.loss.old_logprobs == "trainer", vocab=vocab)
+  return from_section(
+      ts.StepConfig, config.batch,
+      temperature=config.rollout.temperature or 1.0,  # greedy sampling (0) is read as 1
+      loss_positions=config.batch.loss_positions_multiple > 0,
+      on_policy=config.loss.old_logprobs == "trainer", vocab=vocab)
 
 
 def sft_step_config(config: Any, vocab: RestrictedVocab | None = None):
   from carr_jax.coldstart.step import SFTStepConfig
-  return build(SFTStepConfig, config, vocab=vocab)
+  return from_section(SFTStepConfig, config.batch, vocab=vocab)
 
 
 def reward_config(config: Any) -> rewards.RewardConfig:
-  return build(rewards.RewardConfig, config)
+  return from_section(rewards.RewardConfig, config.reward)
 
 
 def packing_config(config: Any, mesh: Any, vocab_size: int) -> packing.PackingConfig:
@@ -161,13 +130,13 @@ def packing_config(config: Any, mesh: Any, vocab_size: int) -> packing.PackingCo
                      f"longest of batch.row_lengths ({longest}): lengthen the rows, or set "
                      "batch.overflow='truncate' to cut such episodes")
   shards = mesh.shape["data"] * mesh.shape["fsdp"] * mesh.shape["expert"]
-  return build(packing.PackingConfig, config, vocab_size=vocab_size,
-               row_multiple=shards * config.batch.micro_batches)
+  return from_section(packing.PackingConfig, config.batch, vocab_size=vocab_size,
+                      row_multiple=shards * config.batch.micro_batches)
 
 
 def expert_config(config: Any):
   from carr_jax.world.expert import ExpertConfig
-  return build(ExpertConfig, config)
+  return from_section(ExpertConfig, config.sft, EXPERT_KEYS)
 
 
 def tokenizer(config: Any):
@@ -181,7 +150,7 @@ def tokenizer(config: Any):
 
 def rollout_config(config: Any):
   from rollout.agent import RolloutConfig
-  return build(RolloutConfig, config)
+  return from_section(RolloutConfig, config.rollout)
 
 
 def engine(config: Any, params: Any, cfg: Qwen3Config, weight_version: str,
@@ -217,14 +186,14 @@ def tool_backend(config: Any, corpus: list[dict]):
     return CorpusBackend.from_records(corpus)
   if t.backend == "web":
     from rollout.tools.web import WebBackend, WebConfig
-    return WebBackend(build(WebConfig, config))
+    return WebBackend(from_section(WebConfig, t))
   raise ValueError(f"tools.backend must be 'corpus' or 'web', got {t.backend!r}")
 
 
 def judge_config(config: Any, workdir: str):
   from judge import JudgeConfig
   cache = config.judge.cache_path or os.path.join(workdir, "judge_cache.sqlite")
-  return build(JudgeConfig, config, cache_path=cache)
+  return from_section(JudgeConfig, config.judge, cache_path=cache)
 
 
 def judge(config: Any, workdir: str):
