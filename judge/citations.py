@@ -56,9 +56,10 @@ def normalize_url(url: str) -> str:
   return url
 
 
-def extract_citations(response: str, max_citations: int = 20,
-                      accept_plain_links: bool = False) -> list[str]:
-  """First `max_citations` distinct cited URLs, in order of first citation."""
+def extract_citations(response: str, max_citations: int,
+                      accept_plain_links: bool) -> list[str]:
+  """First `max_citations` distinct cited URLs, in order of first citation (the judge's
+  rules: `JudgeConfig.max_citations`, `accept_plain_links`)."""
   pattern = _PLAIN_CITATION if accept_plain_links else _RELEASE_CITATION
   urls: list[str] = []
   for match in pattern.finditer(response):

@@ -26,18 +26,18 @@ A, B, C = "https://a.example/x", "https://b.example/y", "https://c.example/z"
     ("[[1](ftp://a.example)] [[2](not a url)]", []),
 ])
 def test_extract_citations_release_form(text, expected):
-  assert extract_citations(text) == expected
+  assert extract_citations(text, 20, False) == expected
 
 
 def test_plain_links_are_opt_in():
   text = f"plain [1]({A}) and [[2]({B})]."
-  assert extract_citations(text) == [B]
-  assert extract_citations(text, accept_plain_links=True) == [A, B]
+  assert extract_citations(text, 20, accept_plain_links=False) == [B]
+  assert extract_citations(text, 20, accept_plain_links=True) == [A, B]
 
 
 def test_at_most_max_citations_distinct_urls_in_order():
   text = " ".join(f"[[{i}](https://s{i}.example/)]" for i in range(30))
-  urls = extract_citations(text + f" [[31]({A})]", max_citations=20)
+  urls = extract_citations(text + f" [[31]({A})]", max_citations=20, accept_plain_links=False)
   assert urls == [f"https://s{i}.example/" for i in range(20)]
 
 
@@ -45,7 +45,7 @@ def test_cut_references_keeps_only_text_before_last_heading():
   response = (f"## Explanation with Citations\nx [[1]({A})]\n## References\n[[2]({B})]\n"
               f"## References\n[[3]({C})]")
   judged = cut_references(response)
-  assert extract_citations(judged) == [A, B]
+  assert extract_citations(judged, 20, False) == [A, B]
   assert "### References" not in cut_references("a\n### References\nb")
   assert cut_references("no heading, References mentioned inline") == (
       "no heading, References mentioned inline")
