@@ -1,5 +1,5 @@
 """Dotted keys ("judge.max_rubrics") of nested mappings such as an ml_collections.ConfigDict:
-the one walker that the command line, the config builders and the checkpoint resume share.
+the one walker that the command line and the checkpoint resume share.
 
 Standard library only.
 """

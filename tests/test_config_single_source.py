@@ -12,7 +12,8 @@ import pytest
 from carr_common import dotted
 from carr_jax import cli
 from carr_jax.coldstart.step import SFTStepConfig
-from carr_jax.jobs import components
+from carr_common.sections import from_section
+from carr_jax.jobs import components, tasks
 from carr_jax.model.config import Qwen3Config
 from carr_jax.rl import loss, packing, rewards
 from carr_jax.rl import train_step as ts
@@ -32,7 +33,7 @@ BUILT = [
     (SFTStepConfig, "batch", {}, {"vocab"}),
     (rewards.RewardConfig, "reward", {}, set()),
     (packing.PackingConfig, "batch", {}, {"row_multiple", "vocab_size"}),
-    (ExpertConfig, "sft", components.EXPERT_KEYS, set()),
+    (ExpertConfig, "sft", tasks.EXPERT_KEYS, set()),
     (RolloutConfig, "rollout", {}, set()),
     (WebConfig, "tools", {}, set()),
     (JudgeConfig, "judge", {}, {"cache_path"}),
@@ -124,9 +125,9 @@ def test_from_section_names_a_missing_key_and_refuses_an_unknown_field():
   section = full_config().reward
   del section["alpha"]
   with pytest.raises(KeyError, match="RewardConfig.alpha needs the config key 'alpha'"):
-    components.from_section(rewards.RewardConfig, section)
+    from_section(rewards.RewardConfig, section)
   with pytest.raises(TypeError, match="colour"):
-    components.from_section(rewards.RewardConfig, full_config().reward, colour=1)
+    from_section(rewards.RewardConfig, full_config().reward, colour=1)
 
 
 def test_command_line_overrides_reach_the_dataclasses(tmp_path):
@@ -145,14 +146,12 @@ def test_command_line_overrides_reach_the_dataclasses(tmp_path):
   mesh = type("Mesh", (), {"shape": {"data": 2, "fsdp": 1, "expert": 1}})()
   packing = components.packing_config(config, mesh, 1000)
   assert (packing.coarse_rows, packing.row_multiple, packing.vocab_size) == (False, 2, 1000)
-  assert components.from_section(WebConfig, config.tools).max_redirects == 2
+  assert from_section(WebConfig, config.tools).max_redirects == 2
 
 
 def test_every_world_key_builds_the_world():
   """The `world` section is the synthetic world's settings, all read where the jobs build it
   (carr_jax.jobs.tasks.world_tasks, the one seam)."""
-  from carr_jax.jobs import tasks
-
   class Reads:
     def __init__(self, section):
       self.section, self.keys = section, set()

@@ -7,8 +7,10 @@
   neither carr_jax nor rollout; rollout imports no carr_jax.
 - carr_jax's top level holds the entry points (each has `main`) and their command-line
   convention, carr_jax/cli.py; nothing in a subpackage imports either.
-- The model, the update and the run bookkeeping (carr_jax/model, rl, runs) name no synthetic
-  world: what a world needs of them (a restricted output vocabulary) is passed in.
+- The CPU laboratory's code, the synthetic worlds and the scripted expert (carr_jax/world),
+  is reached only through task loading (carr_jax/jobs/tasks.py) and from the entry points;
+  the model, the update and the run bookkeeping (carr_jax/model, rl, runs) name no world: what
+  a world needs of them (a restricted output vocabulary) is passed in.
 - No module is over 400 lines.
 Run: python -m pytest tests/test_import_rules.py -q
 """
@@ -124,3 +126,11 @@ def test_the_product_rooms_name_no_synthetic_world(room):
   mentions = [str(p.relative_to(REPO)) for p in sorted((REPO / room).rglob("*.py"))
               if "world" in p.read_text().lower()]
   assert mentions == []
+
+
+def test_the_lab_is_reached_through_task_loading_only(graph):
+  entry_points = {m for m in graph if m.count(".") == 1 and m.startswith("carr_jax.")}
+  crossing = [(a, b) for a, b in graph.edges
+              if _room(b) == "carr_jax.world" and _room(a) != "carr_jax.world"
+              and a != "carr_jax.jobs.tasks" and a not in entry_points]
+  assert crossing == []

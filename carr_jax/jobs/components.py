@@ -1,8 +1,8 @@
 """Builds the trainer's parts from an ml_collections config: one function per part.
 
-Each dataclass config comes from one section of the config (`from_section`): field `f` of
-the dataclass is the key `<section>.<f>`, except the fields its builder computes, which the
-builder names with their reason. configs/base.py holds the one default of every key; a
+Each dataclass config comes from one section of the config (`carr_common.sections.
+from_section`): field `f` of the dataclass is the key `<section>.<f>`, except the fields its
+builder computes, which the builder names with their reason. configs/base.py holds the one default of every key; a
 dataclass default equals it (tests/test_config_single_source.py).
 
 A builder reads its own section (engine and tokenizer: rollout; tool_backend: tools) and, where
@@ -18,10 +18,10 @@ once per run) and the run directory (judge_config).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
-from typing import Any, Mapping
+from typing import Any
 
+from carr_common.sections import from_section
 from carr_jax.model.config import Qwen3Config, get_preset
 from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.rl import loss as loss_lib
@@ -34,25 +34,6 @@ ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_
                 "tie_word_embeddings", "max_position_embeddings", "num_experts",
                 "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
                 "router_aux_loss_coef")  # Qwen3Config fields of model.preset / model.hf_path
-
-# The scripted expert's fields -> their keys in the `sft` section.
-EXPERT_KEYS = {"search_results": "expert_search_results", "use_find": "expert_find",
-               "answer": "expert_answer", "known_fraction": "expert_known_fraction"}
-
-
-def from_section(cls: type, section: Any, renamed: Mapping[str, str] | None = None,
-                 **computed: Any) -> Any:
-  """`cls` whose field f is `section[f]` (or `section[renamed[f]]`), but for the fields in
-  `computed`, which the caller gives. A field with neither raises KeyError naming its key."""
-  renamed, given = renamed or {}, {}
-  for f in dataclasses.fields(cls):
-    if f.name in computed:
-      continue
-    key = renamed.get(f.name, f.name)
-    if key not in section:
-      raise KeyError(f"{cls.__qualname__}.{f.name} needs the config key {key!r} in its section")
-    given[f.name] = section[key]
-  return cls(**given, **computed)
 
 
 def model_config(config: Any) -> Qwen3Config:
@@ -68,7 +49,7 @@ def model_config(config: Any) -> Qwen3Config:
 
 def output_vocab(config: Any) -> RestrictedVocab | None:
   """`model.output_vocab` -> the run's restricted output vocabulary (None = full): "world",
-  the token ids the synthetic world can need (carr_jax.world.output_vocab)."""
+  the token ids the synthetic world can need (`tasks.world_output_ids`)."""
   vocab = config.model.output_vocab
   if vocab == "full":
     return None
@@ -80,14 +61,9 @@ def output_vocab(config: Any) -> RestrictedVocab | None:
   if config.data.source != "world":
     raise ValueError(f"model.output_vocab={vocab!r} needs data.source='world'")
   from carr_jax.jobs import tasks as data_lib
-  from carr_jax.world.output_vocab import world_output_ids
   from rollout.chat import ChatFormat
-  fmt, ids = ChatFormat(tokenizer(config)), set()
-  world_cfg = config.world.copy_and_resolve_references()
-  for k in range(1 + config.model.output_vocab_worlds):  # the same ids for SFT and RL
-    world_cfg.seed = config.world.seed + k
-    ids.update(world_output_ids(*data_lib.world_tasks(world_cfg), fmt))
-  return RestrictedVocab(tuple(sorted(ids)))
+  return RestrictedVocab(data_lib.world_output_ids(  # the same ids for SFT and RL
+      config.world, config.model.output_vocab_worlds, ChatFormat(tokenizer(config))))
 
 
 def optim_config(config: Any) -> ts.OptimConfig:
@@ -132,11 +108,6 @@ def packing_config(config: Any, mesh: Any, vocab_size: int) -> packing.PackingCo
   shards = mesh.shape["data"] * mesh.shape["fsdp"] * mesh.shape["expert"]
   return from_section(packing.PackingConfig, config.batch, vocab_size=vocab_size,
                       row_multiple=shards * config.batch.micro_batches)
-
-
-def expert_config(config: Any):
-  from carr_jax.world.expert import ExpertConfig
-  return from_section(ExpertConfig, config.sft, EXPERT_KEYS)
 
 
 def tokenizer(config: Any):

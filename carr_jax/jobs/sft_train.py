@@ -16,7 +16,6 @@ in RL), the progress line, checkpoints with the redacted config.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -37,14 +36,8 @@ def sft_examples(config, fmt, workdir: str) -> list[dict]:
   """SFT examples from `sft.data` (files, or "expert" on the configured synthetic world)."""
   s = config.sft
   if s.data == "expert":
-    from carr_jax.world.expert import expert_trajectories
-    from rollout.tools.corpus import CorpusBackend
     from rollout.trajectory import write_jsonl
-    train, _, corpus = data_lib.load_tasks(config.data, config.world)
-    train = [r for r in train if r["metadata"]["gold"]["hops"] <= s.expert_max_hops]
-    trajs = asyncio.run(expert_trajectories(
-        train, CorpusBackend.from_records(corpus), fmt,
-        components.expert_config(config), s.expert_samples))
+    trajs = data_lib.expert_trajectories(config, fmt)
     if jax.process_index() == 0:
       write_jsonl(os.path.join(workdir, "expert_trajectories.jsonl"), trajs)
     return [{"id": t["prompt_id"], "token_ids": t["token_ids"], "loss_mask": t["loss_mask"]}

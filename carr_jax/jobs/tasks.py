@@ -2,14 +2,16 @@
 
 `load_tasks(config.data, config.world)` returns (train records, eval records, corpus pages):
 either the synthetic world built in-process from the `world` section (`world_tasks`, the CPU
-default, the one place the jobs reach the synthetic world's questions), or CaRR-format jsonl
-files plus an offline corpus. Malformed records are rejected with the file, line and
+default), or CaRR-format jsonl files plus an offline corpus. This module is the one seam
+between the jobs and the CPU laboratory (carr_jax/world): the world's questions, its output
+vocabulary (`world_output_ids`) and the scripted expert's SFT data (`expert_trajectories`). Malformed records are rejected with the file, line and
 field named. `TaskLoader` yields `prompts_per_step` records per step in a per-epoch seeded
 shuffle; its position is a small dict saved with every checkpoint, so a resumed run sees
 exactly the questions an uninterrupted run would have seen.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
@@ -17,6 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from carr_common import jsonl
+from carr_common.sections import from_section
 
 
 class DataError(ValueError):
@@ -69,6 +72,35 @@ def world_tasks(world_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
                       distractors=w.distractors, short_names=w.short_names, prompt=w.prompt,
                       mark_names=w.mark_names, eval_shortcut_fraction=w.eval_shortcut_fraction)
   return world.train, world.eval, world.corpus()
+
+
+def world_output_ids(world_cfg: Any, more_worlds: int, fmt) -> tuple[int, ...]:
+  """The sorted token ids that the world of `world.*`, and the `more_worlds` worlds seeded
+  after it, can need (carr_jax.world.output_vocab); `fmt` a rollout.chat.ChatFormat."""
+  from carr_jax.world.output_vocab import world_output_ids as ids_of
+  cfg, ids = world_cfg.copy_and_resolve_references(), set()
+  for k in range(1 + more_worlds):
+    cfg.seed = world_cfg.seed + k
+    ids.update(ids_of(*world_tasks(cfg), fmt))
+  return tuple(sorted(ids))
+
+
+# The scripted expert's fields -> their keys in the `sft` section.
+EXPERT_KEYS = {"search_results": "expert_search_results", "use_find": "expert_find",
+               "answer": "expert_answer", "known_fraction": "expert_known_fraction"}
+
+
+def expert_trajectories(config: Any, fmt) -> list[dict]:
+  """The scripted expert's trajectories (carr_jax.world.expert, set by `sft.expert_*`) on the
+  training questions of at most `sft.expert_max_hops` hops, `sft.expert_samples` each."""
+  from carr_jax.world import expert
+  from rollout.tools.corpus import CorpusBackend
+  s = config.sft
+  train, _, corpus = load_tasks(config.data, config.world)
+  train = [r for r in train if r["metadata"]["gold"]["hops"] <= s.expert_max_hops]
+  return asyncio.run(expert.expert_trajectories(
+      train, CorpusBackend.from_records(corpus), fmt,
+      from_section(expert.ExpertConfig, s, EXPERT_KEYS), s.expert_samples))
 
 
 def load_tasks(data_cfg: Any, world_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
