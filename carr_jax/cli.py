@@ -46,13 +46,15 @@ def shipped_configs() -> pathlib.Path:
 
 
 def resolve_config_path(path: str) -> pathlib.Path:
-  """`path` itself, else (for `configs/NAME.py`) the shipped config of that name."""
+  """`path` itself, else (for `configs/NAME.py`, `configs/lab/NAME.py`) the shipped config."""
   given = pathlib.Path(path)
   if given.is_file():
     return given
-  if given.parent == pathlib.Path("configs") and (shipped_configs() / given.name).is_file():
-    return shipped_configs() / given.name
-  names = sorted(p.name for p in shipped_configs().glob("*.py") if p.stem != "__init__")
+  shipped = shipped_configs().joinpath(*given.parts[1:])
+  if given.parts[:1] == ("configs",) and len(given.parts) > 1 and shipped.is_file():
+    return shipped
+  names = sorted(str(p.relative_to(shipped_configs())) for p in shipped_configs().rglob("*.py")
+                 if p.stem != "__init__")
   raise UsageError(f"config file not found: {path} (shipped: configs/{{{','.join(names)}}})")
 
 

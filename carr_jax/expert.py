@@ -18,7 +18,7 @@ from rollout import chat
 def parser() -> argparse.ArgumentParser:
   p = cli.parser("python -m carr_jax.expert", lib.__doc__.split("\n")[0],
                  config="Config whose data section builds the world, e.g. "
-                 "configs/demo_cpu.py:sft.")
+                 "configs/lab/demo_cpu.py:sft.")
   a = p.add_argument
   a("--out", required=True, help="output JSONL of expert trajectories")
   a("--split", choices=["train", "eval"], default="train", help="which split of questions")

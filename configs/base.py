@@ -1,7 +1,7 @@
 """Every config key of carr_jax, each documented once; experiments override a few.
 
 Not a runnable experiment by itself (its defaults are the paper's 4B hyper-parameters with a
-tiny model); see configs/lookup_cpu.py for the CPU main job and configs/cgrpo_*.py for the paper.
+tiny model); see configs/lab/lookup_cpu.py for the CPU main job and configs/cgrpo_*.py for the paper.
 Override any key on the command line: `--config.rollout.temperature=0.8`.
 
 These are the only defaults of the keys: carr_jax.jobs.components builds each dataclass config

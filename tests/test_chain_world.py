@@ -4,7 +4,7 @@ rubric per hop, so identification, support and connectivity each decide part of 
 Checked against the real tools and the gold judge: the second search term is on the first
 page, never in the question; every term's page ranks first for "glossary <term>"; the splits
 are the reference world's (evidence-only exactly where the shortcut is wrong); the expert's
-cited episode earns rubric 1 and fits the RL limits of configs/chain_cpu.py; a reply citing
+cited episode earns rubric 1 and fits the RL limits of configs/lab/chain_cpu.py; a reply citing
 only the last page earns half, one that never names E1 nothing, and one whose only supported
 rubric does not reach E0 nothing, unless `require_connected` is off (the ablation).
 
@@ -19,7 +19,7 @@ import re
 import pytest
 
 from carr_jax.world import build_world, chain, lookup
-from configs import chain_cpu
+from configs.lab import chain_cpu
 from judge import Judge, JudgeConfig
 from rollout import chat
 from tests.test_lookup_world import judged_expert_episodes
@@ -86,7 +86,7 @@ def test_rubrics_name_the_hidden_term_and_chain_to_the_answer():
 
 def test_expert_episode_is_full_credit_and_fits_the_rl_limits(world, judged):
   """The searched sample makes 2 searches and earns (1, 1); the tool-free one answers the
-  relation's usual kind. Lengths are checked against configs/chain_cpu.py's limits."""
+  relation's usual kind. Lengths are checked against configs/lab/chain_cpu.py's limits."""
   trajs, scores = judged
   fmt = chat.ChatFormat(qwen3_tokenizer())
   rollout = chain_cpu.get_config("main").rollout
@@ -108,7 +108,7 @@ def test_expert_episode_is_full_credit_and_fits_the_rl_limits(world, judged):
 
 
 def test_the_copy_probe_asks_for_each_search_number(world):
-  """scripts/kind_probe.py on a chain: search 0's rows ask for the question's link digits,
+  """scripts/lab/kind_probe.py on a chain: search 0's rows ask for the question's link digits,
   search 1's for the code digits read off the first page, each cut right before its digit."""
   probe = load_kind_probe()
   fmt = chat.ChatFormat(qwen3_tokenizer())

@@ -131,7 +131,7 @@ def test_from_section_names_a_missing_key_and_refuses_an_unknown_field():
 
 
 def test_command_line_overrides_reach_the_dataclasses(tmp_path):
-  config = cli.load_config("configs/demo_cpu.py", [
+  config = cli.load_config("configs/lab/demo_cpu.py", [
       "judge.max_citations=3", "judge.temperature=0.6", "reward.std_ddof=0",
       "optim.eps=1e-6", "rollout.tool_timeout_s=5", "rollout.system_prompt=Be brief.",
       "loss.log_ratio_clamp=10", "batch.coarse_rows=false", "tools.max_redirects=2"])

@@ -16,10 +16,11 @@ from carr_jax.jobs import components
 from carr_jax.model import qwen3 as model_lib
 from carr_jax.model import sharding
 
-CONFIGS = [("base", None), ("demo_cpu", None), ("demo_cpu", "sft"), ("named_cpu", None),
-           ("named_cpu", "sft"), ("named_cpu", "copy"), ("kinds_cpu", None), ("lookup_cpu", None),
-           ("lookup_cpu", "sft"), ("lookup_cpu", "main"), ("chain_cpu", None), ("chain_cpu", "sft"),
-           ("chain_cpu", "main")] + [
+CONFIGS = [("base", None)] + [
+    (f"lab.{name}", arg) for name, args in (
+        ("demo_cpu", (None, "sft")), ("named_cpu", (None, "sft", "copy")), ("kinds_cpu", (None,)),
+        ("lookup_cpu", (None, "sft", "main")), ("chain_cpu", (None, "sft", "main")))
+    for arg in args] + [
     (name, arg) for name in ("cgrpo_qwen3_4b", "cgrpo_qwen3_30b_a3b")
     for arg in ("tpu", "gpu", "tiny", "tpu,grpo")]
 
@@ -47,12 +48,12 @@ def test_config_resolves_and_shards(name, arg):
   components.packing_config(config, mesh, cfg.vocab_size)  # episodes fit the longest row
   rows = sizes["data"] * sizes["fsdp"] * sizes["expert"] * config.batch.micro_batches
   trajectories = config.data.prompts_per_step * config.data.group_size
-  assert trajectories >= rows or name in ("base", "demo_cpu") or arg == "tiny", (
+  assert trajectories >= rows or name in ("base", "lab.demo_cpu") or arg == "tiny", (
       "fewer trajectories per step than batch shards: devices would idle")
 
 
 def test_an_episode_longer_than_the_longest_row_fails_at_start_unless_cut_on_purpose():
-  from configs import lookup_cpu
+  from configs.lab import lookup_cpu
   mesh = AbstractMesh(tuple(1 for _ in sharding.AXES), sharding.AXES)
   config = lookup_cpu.get_config()
   config.rollout.max_context_tokens = max(config.batch.row_lengths) + 1
@@ -76,7 +77,7 @@ def test_paper_values_in_4b_config():
 
 
 def test_locked_config_rejects_unknown_keys_and_bad_variants():
-  c = load("demo_cpu", None)
+  c = load("lab.demo_cpu", None)
   with pytest.raises(AttributeError):
     c.rollout.temprature = 0.5  # typo
   with pytest.raises(ValueError, match="tpu, gpu or tiny"):

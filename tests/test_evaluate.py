@@ -373,7 +373,7 @@ def test_decrypt_cli_reads_the_password_from_the_environment_only(tmp_path):
 def test_a_checkpoint_cannot_be_given_to_an_sglang_evaluation(tmp_path):
   """The server samples from the weights it was launched with: a --checkpoint would be
   silently ignored, so it is an error (before any work)."""
-  from configs import demo_cpu
+  from configs.lab import demo_cpu
   config = demo_cpu.get_config()
   config.rollout.engine = "sglang"
   opts = ev.EvalOptions(data="world:eval", checkpoint=str(tmp_path / "ckpt"),

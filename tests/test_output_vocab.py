@@ -276,7 +276,7 @@ def test_world_output_ids_cover_the_expert_and_are_small(fmt):
 
 
 def test_components_build_world_ids_for_the_jax_engine_only():
-  from configs import demo_cpu
+  from configs.lab import demo_cpu
   from tests.test_tokenizer import qwen3_tokenizer_dir
   c = demo_cpu.get_config()
   c.rollout.tokenizer_dir = str(qwen3_tokenizer_dir())

@@ -135,7 +135,7 @@ for name in names:
 from carr_jax.model.tokenizer import chat_template
 assert "<think>" in chat_template()
 from carr_jax.cli import load_config
-config = load_config("configs/demo_cpu.py")  # not in the working directory: the shipped one
+config = load_config("configs/lab/demo_cpu.py")  # not in the working directory: the shipped one
 assert config.model.preset == "tiny_dense"
 print(len(names))
 """

@@ -127,7 +127,7 @@ def test_reference_world_refuses_odd_splits():
 
 
 def load_kind_probe():
-  """scripts/kind_probe.py as a module."""
+  """scripts/lab/kind_probe.py as a module."""
   spec = importlib.util.spec_from_file_location(
       "kind_probe", pathlib.Path(__file__).parent.parent / "scripts" / "kind_probe.py")
   probe = importlib.util.module_from_spec(spec)
@@ -136,7 +136,7 @@ def load_kind_probe():
 
 
 def test_the_copy_probe_asks_for_the_link_digits_in_order(world):
-  """scripts/kind_probe.py's query-copy rows: the searched expert episode cut before each
+  """scripts/lab/kind_probe.py's query-copy rows: the searched expert episode cut before each
   digit of the link in its query, that digit the target."""
   probe = load_kind_probe()
   fmt = chat.ChatFormat(qwen3_tokenizer())

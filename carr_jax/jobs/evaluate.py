@@ -2,7 +2,7 @@
 
     python -m carr_jax.evaluate --config configs/cgrpo_qwen3_4b.py:tpu \\
         --data browsecomp.jsonl --checkpoint /ckpt/run/checkpoints --out /eval/bc --samples 1
-    python -m carr_jax.evaluate --config configs/demo_cpu.py:sft --data world:eval \\
+    python -m carr_jax.evaluate --config configs/lab/demo_cpu.py:sft --data world:eval \\
         --checkpoint workdir/sft/checkpoints --out workdir/eval --config.rollout.temperature=0
     # sweeps (the paper evaluates at 64k and 128k):
     ... --context-budgets=65536,131072 --tool-budgets=50,100

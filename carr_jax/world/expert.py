@@ -1,6 +1,6 @@
 """A scripted expert for the synthetic world: gold-guided episodes for cold-start SFT.
 
-    python -m carr_jax.expert --config configs/demo_cpu.py --out expert.jsonl [--split train]
+    python -m carr_jax.expert --config configs/lab/demo_cpu.py --out expert.jsonl [--split train]
 
 prints the gold judge's mean outcome and rubric reward of the episodes it wrote.
 
@@ -25,7 +25,7 @@ answer is an option drawn at random: as many samples of a record as it has optio
 option once, so the policy learns the reply format and nothing about which option is right;
 RL has to learn that. With `known_fraction` f the expert knows the right option of a seeded
 fraction f of the records and gives it in every sample: a noisy expert, right on
-f + (1 - f) / K of its replies, whom RL can surpass (configs/kinds_cpu.py).
+f + (1 - f) / K of its replies, whom RL can surpass (configs/lab/kinds_cpu.py).
 
 `answer="lookup"` is for the "lookup" world (carr_jax/world/lookup.py): on a coded question,
 and on every other sample of a plain one, it searches "glossary <term>" (one result) and

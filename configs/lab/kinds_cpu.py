@@ -1,12 +1,12 @@
 """The tool-free job: the smallest world on which C-GRPO visibly learns on 2 CPU cores.
 
-    python -m carr_jax.sft --config configs/kinds_cpu.py:sft --workdir workdir/demo/sft
-    python -m carr_jax.sft --config configs/kinds_cpu.py:sft_noisy \
+    python -m carr_jax.sft --config configs/lab/kinds_cpu.py:sft --workdir workdir/demo/sft
+    python -m carr_jax.sft --config configs/lab/kinds_cpu.py:sft_noisy \
         --workdir workdir/demo/sft_noisy --config.checkpoint.init_dir=workdir/demo/sft/checkpoints
-    python -m carr_jax.train --config configs/kinds_cpu.py --workdir workdir/demo/rl \
+    python -m carr_jax.train --config configs/lab/kinds_cpu.py --workdir workdir/demo/rl \
         --config.checkpoint.init_dir=workdir/demo/sft_noisy/checkpoints
 
-(The main job, `bash scripts/demo.sh`, is configs/lookup_cpu.py, with the browser tools;
+(The main job, `bash scripts/demo.sh`, is configs/lab/lookup_cpu.py, with the browser tools;
 this one takes 3 minutes.) Kind questions (`world.style="kinds"`,
 carr_jax/world/named.py): "X, a painter, studied at something. Is that a city or an
 organization? Answer with one word." The relation decides the answer (5 relations), the two
@@ -71,7 +71,7 @@ def get_config(arg=None):
       c.optim.learning_rate = 1e-3
     return c
   if arg:
-    raise ValueError(f"unknown variant {arg!r} of configs/kinds_cpu.py; known: sft, sft_noisy")
+    raise ValueError(f"unknown variant {arg!r} of configs/lab/kinds_cpu.py; known: sft, sft_noisy")
   c.loss.importance_sampling = "icepop"  # as the release
   c.data.prompts_per_step = 16
   c.data.group_size = 8

@@ -1,6 +1,6 @@
 """Does a policy read the question? Its answer probabilities on held-out kind questions.
 
-    python scripts/kind_probe.py --config configs/kinds_cpu.py \
+    python scripts/lab/kind_probe.py --config configs/lab/kinds_cpu.py \
         --checkpoint workdir/demo/sft/checkpoints [--checkpoint workdir/demo/rl/checkpoints]
 
 For each held-out question of the configured kinds world (`world.style="kinds"`) it
@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 from carr_jax import cli
 from carr_jax.jobs import components
@@ -218,8 +218,8 @@ def print_option_probs(p: np.ndarray, name: str, options: list[str], right: np.n
 
 
 def parser() -> argparse.ArgumentParser:
-  p = cli.parser("python scripts/kind_probe.py", __doc__.split("\n")[0],
-                 config="Config with the kinds world and the policy (configs/kinds_cpu.py).")
+  p = cli.parser("python scripts/lab/kind_probe.py", __doc__.split("\n")[0],
+                 config="Config with the kinds world and the policy (configs/lab/kinds_cpu.py).")
   p.add_argument("--checkpoint", required=True, action="append",
                  help="checkpoint root or one step directory (repeat to compare)")
   return p

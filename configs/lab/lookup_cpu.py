@@ -5,11 +5,11 @@
 
 which run, from the CLIs, for seed k:
 
-    python -m carr_jax.sft --config configs/lookup_cpu.py:sft --workdir OUT/sft_seedk \
+    python -m carr_jax.sft --config configs/lab/lookup_cpu.py:sft --workdir OUT/sft_seedk \
         --config.seed=k
-    python -m carr_jax.train --config configs/lookup_cpu.py:main --workdir OUT/cgrpo_seedk \
+    python -m carr_jax.train --config configs/lab/lookup_cpu.py:main --workdir OUT/cgrpo_seedk \
         --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k
-    python -m carr_jax.train --config configs/lookup_cpu.py:main --workdir OUT/grpo_seedk \
+    python -m carr_jax.train --config configs/lab/lookup_cpu.py:main --workdir OUT/grpo_seedk \
         --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k \
         --config.reward.mode=grpo
 
@@ -85,7 +85,7 @@ def get_config(arg=None):
     c.checkpoint.every = 50
     return c
   if arg not in (None, "main"):
-    raise ValueError(f"unknown variant {arg!r} of configs/lookup_cpu.py; known: sft, main")
+    raise ValueError(f"unknown variant {arg!r} of configs/lab/lookup_cpu.py; known: sft, main")
   c.loss.importance_sampling = "icepop"  # as the release
   c.data.prompts_per_step = 8
   c.data.group_size = 8

@@ -1,6 +1,6 @@
 """Greedy accuracy of a policy's search queries on the named world's held-out questions.
 
-    python scripts/search_copy_eval.py --config configs/named_cpu.py:copy \
+    python scripts/lab/search_copy_eval.py --config configs/lab/named_cpu.py:copy \
         --checkpoint workdir/named/copy/checkpoints
 
 For every search turn of the scripted expert's episodes on the configured world's eval split,
@@ -20,7 +20,7 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 from carr_jax import cli
 from carr_jax.jobs import components
@@ -71,7 +71,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-  p = cli.parser("python scripts/search_copy_eval.py", __doc__.split("\n")[0],
+  p = cli.parser("python scripts/lab/search_copy_eval.py", __doc__.split("\n")[0],
                  config="Config with the named world and the policy's output vocabulary.")
   p.add_argument("--checkpoint", required=True, help="checkpoint root or one step directory")
   return p

@@ -1,7 +1,7 @@
 """Does not learn yet: C-GRPO on the named-head synthetic world, from a cold-start SFT policy.
 
-    python -m carr_jax.sft --config configs/named_cpu.py:sft --workdir workdir/named/sft
-    python -m carr_jax.train --config configs/named_cpu.py --workdir workdir/named/rl \
+    python -m carr_jax.sft --config configs/lab/named_cpu.py:sft --workdir workdir/named/sft
+    python -m carr_jax.train --config configs/lab/named_cpu.py --workdir workdir/named/rl \
         --config.checkpoint.init_dir=workdir/named/sft/checkpoints
 
 The world (`demo_world`, shared by every stage) asks named-head questions of 1-2 hops
@@ -29,7 +29,7 @@ evaluation on 32 held-out questions after either: well-formed tool calls in 0.84
 accuracy 0 (tests/test_sft.py holds the first number above 0.5).
 
 `:copy` is a warm-up stage on the expert's search turns of 12 other worlds in a short context
-(`python -m carr_jax.expert --config configs/named_cpu.py:sft --search-examples 12
+(`python -m carr_jax.expert --config configs/lab/named_cpu.py:sft --search-examples 12
 --search-results 1 --no-find --out FILE`, then `--config.sft.data=FILE`, which it needs); the
 episode stage starts from it with `--config.checkpoint.init_dir`. Measured: 400 steps do not yet
 make the policy copy names (docs/results.md) with the format rule after the question; the brief
@@ -66,7 +66,7 @@ def get_config(arg=None):
   if arg in ("sft", "copy"):
     return sft_config(arg)
   if arg is not None:
-    raise ValueError(f"unknown variant {arg!r} of configs/named_cpu.py; known: sft, copy")
+    raise ValueError(f"unknown variant {arg!r} of configs/lab/named_cpu.py; known: sft, copy")
   c = base.get_config()
   demo_world(c)
   c.data.prompts_per_step = 4

@@ -4,14 +4,14 @@
 
 which run, from the CLIs, for seed k:
 
-    python -m carr_jax.sft --config configs/lookup_cpu.py:sft --workdir OUT/ref_sft_seedk \
+    python -m carr_jax.sft --config configs/lab/lookup_cpu.py:sft --workdir OUT/ref_sft_seedk \
         --config.seed=k
-    python -m carr_jax.sft --config configs/chain_cpu.py:sft --workdir OUT/sft_seedk \
+    python -m carr_jax.sft --config configs/lab/chain_cpu.py:sft --workdir OUT/sft_seedk \
         --config.checkpoint.init_dir=OUT/ref_sft_seedk/checkpoints --config.seed=k
-    python -m carr_jax.train --config configs/chain_cpu.py:main --workdir OUT/cgrpo_seedk \
+    python -m carr_jax.train --config configs/lab/chain_cpu.py:main --workdir OUT/cgrpo_seedk \
         --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k
 
-A question reads like a reference question (configs/lookup_cpu.py), "X, a painter, studied at
+A question reads like a reference question (configs/lab/lookup_cpu.py), "X, a painter, studied at
 something (link 417). Is that a city or an organization?", and its relation's usual kind is
 the same shortcut. But the glossary page of link 417 only names the next term ("Link 417
 continues under code 733."), and the page of code 733 states the kind (carr_jax/world/chain.py).
@@ -23,12 +23,12 @@ makes 2 searches in ~560 tokens (tests/test_chain_world.py).
 The cold start has two stages. Trained on chain episodes from a random start, the policy has
 to learn to copy the question's link and a code off a page at once, and the one run measured
 (seed 0) had begun neither copy by step 600. So it starts from the reference world's cold
-start (configs/lookup_cpu.py:sft, which copies the link and reads a one-page answer) and
+start (configs/lab/lookup_cpu.py:sft, which copies the link and reads a one-page answer) and
 learns the second hop in 300 more steps, the last 100 decaying the learning rate to 0:
 greedy copy of the link and of the page's code exact on all 100 held-out questions at step
 300 on the seeds measured (docs/results.md `## The chain world`).
 """
-from configs import lookup_cpu
+from configs.lab import lookup_cpu
 
 
 def chain_world(c) -> None:
