@@ -129,7 +129,7 @@ def test_reference_world_refuses_odd_splits():
 def load_kind_probe():
   """scripts/lab/kind_probe.py as a module."""
   spec = importlib.util.spec_from_file_location(
-      "kind_probe", pathlib.Path(__file__).parent.parent / "scripts" / "kind_probe.py")
+      "kind_probe", pathlib.Path(__file__).parent.parent / "scripts" / "lab" / "kind_probe.py")
   probe = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(probe)
   return probe
