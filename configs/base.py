@@ -1,8 +1,8 @@
 """Every config key of carr_jax, each documented once; experiments override a few.
 
 Not a runnable experiment by itself (its defaults are the paper's 4B hyper-parameters with a
-tiny model); see configs/lab/lookup_cpu.py for the CPU main job and configs/cgrpo_*.py for the paper.
-Override any key on the command line: `--config.rollout.temperature=0.8`.
+tiny model); see configs/lab/lookup_cpu.py for the CPU main job and configs/cgrpo_*.py for the
+paper. Override any key on the command line: `--config.rollout.temperature=0.8`.
 
 These are the only defaults of the keys: carr_jax.jobs.components builds each dataclass config
 from its section, and a dataclass's own default equals the value here

@@ -2,8 +2,8 @@
 
 Each dataclass config comes from one section of the config (`carr_common.sections.
 from_section`): field `f` of the dataclass is the key `<section>.<f>`, except the fields its
-builder computes, which the builder names with their reason. configs/base.py holds the one default of every key; a
-dataclass default equals it (tests/test_config_single_source.py).
+builder computes, which the builder names with their reason. configs/base.py holds the one
+default of every key; a dataclass default equals it (tests/test_config_single_source.py).
 
 A builder reads its own section (engine and tokenizer: rollout; tool_backend: tools) and, where
 named here, other keys for a stated reason:

@@ -2,12 +2,12 @@
 
 `load_tasks(config.data, config.world)` returns (train records, eval records, corpus pages):
 either the synthetic world built in-process from the `world` section (`world_tasks`, the CPU
-default), or CaRR-format jsonl files plus an offline corpus. This module is the one seam
-between the jobs and the CPU laboratory (carr_jax/world): the world's questions, its output
-vocabulary (`world_output_ids`) and the scripted expert's SFT data (`expert_trajectories`). Malformed records are rejected with the file, line and
-field named. `TaskLoader` yields `prompts_per_step` records per step in a per-epoch seeded
-shuffle; its position is a small dict saved with every checkpoint, so a resumed run sees
-exactly the questions an uninterrupted run would have seen.
+default), or CaRR-format jsonl files plus an offline corpus. This module is the one seam between
+the jobs and the CPU laboratory (carr_jax/world): the world's questions, its output vocabulary
+(`world_output_ids`) and the scripted expert's SFT data (`expert_trajectories`). Malformed
+records are rejected with the file, line and field named. `TaskLoader` yields `prompts_per_step`
+records per step in a per-epoch seeded shuffle; its position is a small dict saved with every
+checkpoint, so a resumed run sees exactly the questions an uninterrupted run would have seen.
 """
 from __future__ import annotations
 
