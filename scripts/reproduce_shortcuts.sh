@@ -1,24 +1,21 @@
 #!/usr/bin/env bash
 # The paper's claim in miniature, over seeds: GRPO (outcome reward only) against C-GRPO (the
 # paper's mode) on the reference world (configs/lab/lookup_cpu.py), where a tempting shortcut is
-# wrong on the evidence-only questions. By default on the comparison's world, whose shortcut
-# is right on 95% of the training questions (:compare_sft, :compare); CARR_JAX_WORLD=main runs
-# the main job's world (80%: :sft, :main) for the main job's GRPO control. For each seed k:
-#   1. the cold start (the SFT variant, --config.seed=k) into OUT_DIR/sft_seed<k>: the SFT seed
-#      moves the cold start the way another machine's float rounding does;
-#   2. from it, with the same seed and budget, C-GRPO into OUT_DIR/cgrpo_seed<k> and GRPO into
-#      OUT_DIR/grpo_seed<k>, side by side;
+# wrong on the evidence-only questions. For each seed k:
+#   1. the cold start (configs/lab/lookup_cpu.py:sft, --config.seed=k) into OUT_DIR/sft_seed<k>:
+#      the SFT seed moves the cold start the way another machine's float rounding does;
+#   2. from it, with the same seed and budget, C-GRPO (the main job, :main) into
+#      OUT_DIR/cgrpo_seed<k> and GRPO into OUT_DIR/grpo_seed<k>, side by side;
 # then OUT_DIR/summary.json, OUT_DIR/table.md and OUT_DIR/shortcuts.png
 # (python -m carr_jax.shortcut_report; its --help defines every metric: held-out and
 # evidence-only accuracy and gain, shortcut rate, tool calls, cited pages, page agreement).
 #   bash scripts/reproduce_shortcuts.sh [OUT_DIR]            (default workdir/shortcuts)
-#   CARR_JAX_WORLD=main CARR_JAX_SEEDS="0 1 2 3 4" bash scripts/reproduce_shortcuts.sh
-#                                                            the main job's seed table
+#   CARR_JAX_SEEDS="0 1 2 3 4" bash scripts/reproduce_shortcuts.sh   the main job's seed table
 # Runs go two at a time, one core each (scripts/run_lanes.sh); logs in OUT_DIR/*.log; every
 # run resumes when rerun (a finished one is not redone). Extra args go to every RL run.
-# Time for 3 seeds on 2 cores (docs/results.md): SFT pairs of 900 steps ~20-37 min, a third
-# SFT alone on both cores ~11-24 min, three RL pairs of 50 steps ~10-19 min each, depending on
-# the machine: 60 min on the fastest measured, ~2 h on the slowest.
+# Time, measured end to end for 3 seeds from a fresh clone on 2 cores (docs/results.md): 60 min
+# 42 s with set-up (SFT pair of 900 steps ~20.5 min, the third SFT alone on both cores ~11
+# min, three RL pairs of 50 steps ~10 min each); 5 seeds ~100 min estimated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
@@ -26,14 +23,9 @@ out="$(realpath -m "${1:-workdir/shortcuts}")"
 shift || true
 start=$(date +%s)
 seeds=(${CARR_JAX_SEEDS:-0 1 2})
-case "${CARR_JAX_WORLD:-compare}" in
-  compare) sft=compare_sft rl=compare ;;
-  main) sft=sft rl=main ;;
-  *) echo "CARR_JAX_WORLD must be compare or main, got ${CARR_JAX_WORLD}" >&2; exit 2 ;;
-esac
-bash scripts/run_lanes.sh sft "$out" "configs/lab/lookup_cpu.py:$sft" "${seeds[@]}"
+bash scripts/run_lanes.sh sft "$out" configs/lab/lookup_cpu.py:sft "${seeds[@]}"
 for seed in "${seeds[@]}"; do
-  bash scripts/run_lanes.sh rl "$out" "configs/lab/lookup_cpu.py:$rl" "$seed" \
+  bash scripts/run_lanes.sh rl "$out" configs/lab/lookup_cpu.py:main "$seed" \
     "$out/sft_seed$seed/checkpoints" "$@"
 done
 "${CARR_JAX_VENV:-.venv}/bin/python" -m carr_jax.shortcut_report "$out" \

@@ -3,8 +3,7 @@
     bash scripts/demo.sh                          # the main job: SFT, then C-GRPO (:main)
     bash scripts/reproduce_shortcuts.sh [OUT_DIR] # per seed: SFT, then GRPO and C-GRPO from it
 
-which run, from the CLIs, for seed k (the comparison: `:compare_sft` and `:compare` in
-place of `:sft` and `:main`):
+which run, from the CLIs, for seed k:
 
     python -m carr_jax.sft --config configs/lab/lookup_cpu.py:sft --workdir OUT/sft_seedk \
         --config.seed=k
@@ -14,7 +13,7 @@ place of `:sft` and `:main`):
         --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k \
         --config.reward.mode=grpo
 
-(no variant: the main job's RL run with held-out avg@2 every 25 steps.)
+(no variant: the same RL run with held-out avg@2 every 25 steps.)
 
 Reference questions (`world.style="reference"`, carr_jax/world/lookup.py) ask the kind
 of the thing a named subject's relation points to, and give each question its own link
@@ -36,13 +35,6 @@ held-out questions at 600), hence 900 steps, the last 100 decaying the learning 
 (without the decay one seed's cold start looped on a quarter of its episodes). RL then
 decides between the two: the outcome reward pays the search only on exceptions, C-GRPO's
 rubric term pays it on every right answer. Measured results, over seeds: docs/results.md.
-
-The comparison's world (`:compare_sft`, `:compare`) is the same but for one setting: the
-shortcut is right on 95% of the training questions (`world.shortcut_fraction=0.95`; the
-held-out split is unchanged). The outcome reward then pays a search over the shortcut on one
-training question in twenty, and GRPO's policy drops the tools, while C-GRPO's rubric term
-still pays every cited right answer. At 80% the outcome reward alone teaches the search from
-a good cold start, so the two methods end close (docs/results.md).
 """
 from configs import base
 
@@ -71,21 +63,11 @@ def lookup_world(c) -> None:
   c.optim.weight_decay = 0.0
 
 
-VARIANTS = ("sft", "main", "compare_sft", "compare")
-
-
 def get_config(arg=None):
-  """`arg` "sft": the cold start; "main": the main job's C-GRPO run (held-out avg@4 at both
-  ends); "compare_sft", "compare": the same on the comparison's world; none: "main" with
-  held-out avg@2 every 25 steps."""
-  if arg not in (None, *VARIANTS):
-    raise ValueError(f"unknown variant {arg!r} of configs/lab/lookup_cpu.py; known: "
-                     f"{', '.join(VARIANTS)}")
+  """`arg` "sft": the cold start; "main": the main job's C-GRPO run; none: the comparison's."""
   c = base.get_config()
   lookup_world(c)
-  if arg in ("compare_sft", "compare"):
-    c.world.shortcut_fraction = 0.95  # the comparison's world (the module docstring)
-  if arg in ("sft", "compare_sft"):
+  if arg == "sft":
     c.sft = base.sft_section()
     c.sft.data = "expert"
     c.sft.expert_answer = "lookup"
@@ -102,6 +84,8 @@ def get_config(arg=None):
     c.optim.decay_from = c.sft.num_steps - c.optim.decay_steps
     c.checkpoint.every = 50
     return c
+  if arg not in (None, "main"):
+    raise ValueError(f"unknown variant {arg!r} of configs/lab/lookup_cpu.py; known: sft, main")
   c.loss.importance_sampling = "icepop"  # as the release
   c.data.prompts_per_step = 8
   c.data.group_size = 8
@@ -112,7 +96,7 @@ def get_config(arg=None):
   c.train.eval_questions = 64
   c.train.eval_samples = 2
   c.checkpoint.every = 10
-  if arg in ("main", "compare"):  # held-out avg@4 at the start and the end only
+  if arg == "main":  # held-out avg@4 at the start and the end only
     c.train.eval_every = c.train.num_steps
     c.train.eval_samples = 4
   return c
