@@ -53,8 +53,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from carr_jax.model.config import Qwen3Config
 from carr_jax.model import restricted_vocab
+from carr_jax.model.config import Qwen3Config
 from carr_jax.model.qwen3 import Qwen3, project, unembed_matrix
 from carr_jax.model.restricted_vocab import RestrictedVocab
 
