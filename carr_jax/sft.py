@@ -24,7 +24,7 @@ from carr_jax.runs import metrics as metrics_lib
 def parser() -> argparse.ArgumentParser:
   p = cli.parser("python -m carr_jax.sft", __doc__.split("\n")[0],
                  config="SFT config, e.g. configs/lab/demo_cpu.py:sft or "
-                 "configs/sft_qwen3_4b.py:tpu.")
+                 "configs/cgrpo_qwen3_4b.py:tpu,sft.")
   p.add_argument("--workdir", required=True,
                  help="run directory (checkpoints, TensorBoard, HF exports); a rerun resumes")
   cli.add_multihost_flag(p)

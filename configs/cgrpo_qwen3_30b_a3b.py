@@ -11,16 +11,17 @@ Experts (128, top-8) are split over the `expert` axis; the router aux loss (coef
 hub config) is added to the loss. Expect the same curves as the 4B run at ~3x the step time.
 """
 from configs import base
-from configs.cgrpo_qwen3_4b import apply_variant, paper_settings
+from configs.cgrpo_qwen3_4b import apply_variant, paper_settings, split_arg
 
 
 def get_config(arg=None):
+  platform, _ = split_arg(arg, known=("grpo",))  # no cold start of its own
   c = base.get_config()
   paper_settings(c, "qwen3_30b_a3b_thinking_2507")
   apply_variant(c, arg,
                 tpu_mesh={"data": 1, "fsdp": 16, "expert": 4, "tensor": 1, "target_devices": 64},
                 gpu_mesh={"data": 1, "fsdp": 2, "expert": 4, "tensor": 1, "target_devices": 8})
-  if (arg or "tpu").split(",")[0] == "tpu":
+  if platform == "tpu":
     # 128 rows of 64k in 2 slices (1 row per chip each): 69 of 95.74 GiB per v5p chip
     # (benchmarks/README.md, TPU compile check).
     c.batch.micro_batches = 2

@@ -1,16 +1,30 @@
-"""C-GRPO on Qwen3-4B-Thinking-2507 with the paper's hyper-parameters (CaRR-DeepDive RL split).
+"""The paper's experiment on Qwen3-4B-Thinking-2507: cold-start SFT (`,sft`), then C-GRPO with
+the paper's hyper-parameters (CaRR-DeepDive RL split).
 
-Launch (TPU v5p pod, 64 chips, every host; see scripts/launch_tpu_pod.sh):
+Launch (TPU v5p pod, 64 chips, every host; see scripts/launch_tpu_pod.sh), first the SFT:
+    python -m carr_jax.sft --config configs/cgrpo_qwen3_4b.py:tpu,sft --workdir gs://.../sft \\
+      --config.model.hf_path=/ckpt/Qwen3-4B-Thinking-2507 \\
+      --config.sft.data=/data/deepdive_trajectories_sft.jsonl --multihost
+then RL from its last HF export (`<workdir>/hf/step_156`, also an orbax checkpoint for
+`checkpoint.init_dir`):
     python -m carr_jax.train --config configs/cgrpo_qwen3_4b.py:tpu --workdir gs://.../run \\
-      --config.model.hf_path=/ckpt/qwen3-4b-sft --config.data.train_path=/data/carr_rl.jsonl \\
+      --config.model.hf_path=gs://.../sft/hf/step_156 \\
+      --config.data.train_path=/data/carr_rl.jsonl \\
       --config.rollout.sglang_urls=http://sglang-0:30000,http://sglang-1:30000 --multihost
-8 GPUs on one host: `configs/cgrpo_qwen3_4b.py:gpu`. The GRPO baseline (outcome reward
-only) of the paper: append `,grpo` to the argument, e.g. `:tpu,grpo`. `:tiny` keeps this
-file's settings on the tiny model, world data and CPU mesh (what the config test runs).
+The argument is a platform, `tpu`, `gpu` (8 GPUs on one host) or `tiny` (these settings on
+the tiny model, the synthetic world's data or the scripted expert's episodes and a CPU mesh:
+what the config tests build), then optionally `,sft` (the cold start) or `,grpo` (the paper's
+GRPO baseline, outcome reward only), e.g. `:gpu,grpo`.
 
-Expect per step 16 questions x 8 rollouts = 128 trajectories of up to 64k tokens, judged by
-DeepSeek (DEEPSEEK_API_KEY in the environment); outcome reward rising from the SFT policy's
+RL: expect per step 16 questions x 8 rollouts = 128 trajectories of up to 64k tokens, judged
+by DeepSeek (DEEPSEEK_API_KEY in the environment); outcome reward rising from the SFT policy's
 level and rubric reward rising with it (paper Fig. 3), ~3 epochs of 2,234 questions.
+
+SFT (the paper's setup): 832 rejection-sampled traces (the DeepDive trajectories_sft split
+has 858; `sft.min_outcome` filters dumped rollouts of our own), 3 epochs, batch 16, lr 4e-5,
+128k context. Not stated in the paper, chosen here: AdamW betas (0.9, 0.98) and weight decay
+0.1 as in its RL runs, 8 warmup steps then constant. Expect 52 steps per epoch, the loss
+(assistant tokens only) falling steeply in the first epoch and flattening after.
 """
 from configs import base
 
@@ -43,10 +57,50 @@ def paper_settings(c, preset: str):
   c.checkpoint.hf_export_every = 20
 
 
+def sft_settings(c, preset: str):
+  """The cold start's settings (the module docstring), in place of `paper_settings`."""
+  c.sft = base.sft_section()
+  c.model.preset = preset
+  c.model.compute_dtype = "bfloat16"
+  c.model.remat = "full"
+  c.sft.data = "data/deepdive_trajectories_sft.jsonl"
+  c.sft.epochs = 3
+  c.sft.batch_size = 16
+  c.batch.loss_positions_multiple = 2048
+  c.optim.learning_rate = 4e-5
+  c.optim.warmup_steps = 8
+  c.batch.row_lengths = (32768, 65536, 131072)  # 128k context
+  c.batch.logprob_chunk = 2048
+  c.batch.overflow = "truncate"
+  c.checkpoint.every = 52  # once per epoch of 832 traces
+  c.checkpoint.hf_export_every = 52
+
+
+def tiny_sft(c):
+  """The cold start on the tiny model: the scripted expert's episodes, short rows."""
+  c.sft.data = "expert"
+  c.sft.batch_size = 4
+  c.batch.loss_positions_multiple = 128
+  c.batch.row_lengths = (2048,)
+  c.batch.logprob_chunk = 512
+  c.batch.overflow = "truncate"
+  c.checkpoint.hf_export_every = 0
+
+
+def split_arg(arg: str | None, known=("grpo", "sft")) -> tuple[str, list[str]]:
+  """"tpu,sft" -> ("tpu", ["sft"]); no argument is "tpu"."""
+  platform, *extras = (arg or "tpu").split(",")
+  for extra in extras:
+    if extra not in known:
+      raise ValueError(f"unknown config variant {extra!r} (known: {', '.join(known)})")
+  if set(extras) == {"grpo", "sft"}:
+    raise ValueError("sft and grpo are different stages; choose one")
+  return platform, extras
+
+
 def apply_variant(c, arg: str | None, tpu_mesh: dict, gpu_mesh: dict):
-  """`tpu`, `gpu` or `tiny` (mesh + scale), optionally followed by `,grpo`."""
-  parts = (arg or "tpu").split(",")
-  platform, extras = parts[0], parts[1:]
+  """The platform of `arg` (`tpu`, `gpu` or `tiny`: mesh + scale), then `,grpo`."""
+  platform, extras = split_arg(arg)
   meshes = {"tpu": tpu_mesh, "gpu": gpu_mesh}
   if platform in meshes:
     for axis, size in meshes[platform].items():
@@ -60,19 +114,23 @@ def apply_variant(c, arg: str | None, tpu_mesh: dict, gpu_mesh: dict):
     c.judge.backend = "gold"  # the synthetic world of base.py
   else:
     raise ValueError(f"config argument must start with tpu, gpu or tiny, got {arg!r}")
-  for extra in extras:
-    if extra != "grpo":
-      raise ValueError(f"unknown config variant {extra!r} (known: grpo)")
+  if "grpo" in extras:
     c.reward.mode = "grpo"
 
 
 def get_config(arg=None):
+  platform, extras = split_arg(arg)
   c = base.get_config()
-  paper_settings(c, "qwen3_4b_thinking_2507")
+  if "sft" in extras:
+    sft_settings(c, "qwen3_4b_thinking_2507")
+  else:
+    paper_settings(c, "qwen3_4b_thinking_2507")
   apply_variant(c, arg,
                 tpu_mesh={"data": 1, "fsdp": 16, "expert": 1, "tensor": 4, "target_devices": 64},
                 gpu_mesh={"data": 1, "fsdp": 8, "expert": 1, "tensor": 1, "target_devices": 8})
-  if (arg or "tpu").split(",")[0] == "tpu":
+  if "sft" in extras and platform == "tiny":
+    tiny_sft(c)
+  if platform == "tpu" and "sft" not in extras:
     # 128 rows of 64k: one slice holds 2 rows per chip, 45 of 95.74 GiB per v5p chip; in one
     # slice (8 rows per chip) the step needs 128 GiB (benchmarks/README.md, TPU compile check).
     c.batch.micro_batches = 4

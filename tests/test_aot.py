@@ -7,7 +7,7 @@ import pytest
 from carr_jax.jobs import aot
 from carr_jax.model import flops as F
 from carr_jax.model.config import get_preset
-from configs import cgrpo_qwen3_4b, sft_qwen3_4b
+from configs import cgrpo_qwen3_4b
 
 
 def test_dense_flops_by_hand():
@@ -28,7 +28,7 @@ def test_moe_flops_count_the_router_and_top_k_experts_only():
 
 
 @pytest.mark.parametrize("module,arg,rows", [(cgrpo_qwen3_4b, "tpu", 128),
-                                             (sft_qwen3_4b, "tpu", 16)])
+                                             (cgrpo_qwen3_4b, "tpu,sft", 16)])
 def test_worst_case_rows_give_every_trajectory_its_own_row(module, arg, rows):
   """RL: 16 prompts x 8 rollouts; SFT: a batch of 16; rounded to the packer's row multiple."""
   config = module.get_config(arg)

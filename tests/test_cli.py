@@ -56,7 +56,7 @@ def _train_error(capsys, *args: str) -> str:
     (["--config", "configs/cgrpo_qwen3_4b.py:tpx"],
      "configs/cgrpo_qwen3_4b.py:tpx: config argument must start with tpu, gpu or tiny"),
     (["--config", "configs/cgrpo_qwen3_4b.py:tiny,grop"],
-     "unknown config variant 'grop' (known: grpo)"),
+     "unknown config variant 'grop' (known: grpo, sft)"),
 ])
 def test_config_mistakes_are_one_line_with_exit_status_2(capsys, args, expected):
   assert expected in _train_error(capsys, *args)

@@ -22,7 +22,8 @@ CONFIGS = [("base", None)] + [
         ("lookup_cpu", (None, "sft", "main")), ("chain_cpu", (None, "sft", "main")))
     for arg in args] + [
     (name, arg) for name in ("cgrpo_qwen3_4b", "cgrpo_qwen3_30b_a3b")
-    for arg in ("tpu", "gpu", "tiny", "tpu,grpo")]
+    for arg in ("tpu", "gpu", "tiny", "tpu,grpo")] + [
+    ("cgrpo_qwen3_4b", arg) for arg in ("tpu,sft", "gpu,sft", "tiny,sft")]
 
 
 def load(name, arg):

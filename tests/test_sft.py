@@ -328,8 +328,8 @@ def test_paper_sft_config_resolves_and_shards(arg):
   from jax.sharding import AbstractMesh
 
   from carr_jax.jobs import components
-  from configs import sft_qwen3_4b
-  c = sft_qwen3_4b.get_config(arg)
+  from configs import cgrpo_qwen3_4b
+  c = cgrpo_qwen3_4b.get_config(arg + ",sft")
   c.lock()
   assert (c.sft.epochs, c.sft.batch_size) == (3, 4 if arg == "tiny" else 16)
   assert c.optim.learning_rate == 4e-5

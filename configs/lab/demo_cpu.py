@@ -35,7 +35,7 @@ questions: well-formed tool calls in 0.60 of the policy's turns when first measu
 CI and here since, with the same code and training data (dense attention; at lr 3e-2 the run
 is sensitive to rounding). It does not solve the questions. Run it before the RL stage;
 the SFT acceptance test uses configs/lab/named_cpu.py:sft (measured 0.80).
-Configs for real runs train on whole episodes (configs/sft_qwen3_4b.py: 128k rows).
+Configs for real runs train on whole episodes (configs/cgrpo_qwen3_4b.py:tpu,sft: 128k rows).
 """
 from configs import base
 
