@@ -63,6 +63,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.world.shortcut_fraction = 0.25  # share of (multi-hop; "lookup": all; "reference":
   # training) questions admitting a shortcut
   c.world.eval_shortcut_fraction = 0.5  # "reference": the same for held-out questions
+  c.world.stale_fraction = 0.0  # "reference": share of training shortcut questions whose
+  # glossary page is stale, stating the other kind (world/lookup.py)
   c.world.locality = 0.0  # chance a person studies/works in their birth city (graph.py)
   c.world.distractors = 6  # distractor sentences per synthetic page (0-6)
   c.world.short_names = False  # one-token names, one-word people (world/graph.py)

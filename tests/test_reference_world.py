@@ -120,6 +120,76 @@ def test_gold_judge_pays_the_page_not_the_shortcut(world):
   assert m["eval/evidence_only_shortcut_answer"] == 0.5  # the tool-free one
 
 
+@pytest.fixture(scope="module")
+def stale_world():
+  return build_world(5, 300, 128, style="reference", min_hops=1, max_hops=1, prompt="brief",
+                     eval_fraction=0.25, distractors=0, shortcut_fraction=0.8,
+                     eval_shortcut_fraction=0.5, stale_fraction=0.25)
+
+
+def _page_kind(world, record) -> str:
+  content = world.pages[f"glossary:{_gold(record)['term']}"].content
+  return next(k for k in named.KINDS if content.endswith(f"of the kind {k}."))
+
+
+def test_stale_pages_only_change_training_shortcut_pages(world, stale_world):
+  """The same questions, labels and held-out pages; on a quarter of each relation's training
+  shortcut questions (rounded down) the page states the other kind, so on training questions
+  the page is right about as often as the shortcut."""
+  assert [r["input_messages"] for r in world.train + world.eval] == \
+      [r["input_messages"] for r in stale_world.train + stale_world.eval]
+  assert [r["label"] for r in world.train] == [r["label"] for r in stale_world.train]
+  for record in stale_world.eval:
+    assert not _gold(record)["stale"] and _page_kind(stale_world, record) == record["label"]
+  per_relation = collections.defaultdict(collections.Counter)
+  for record in stale_world.train:
+    gold = _gold(record)
+    assert gold["stale"] == (_page_kind(stale_world, record) != record["label"])
+    assert not gold["stale"] or gold["shortcut"]  # only pages the shortcut does not need
+    if gold["shortcut"]:
+      per_relation[gold["relation"]][gold["stale"]] += 1
+  for relation, counts in per_relation.items():
+    assert counts[True] == int(0.25 * (counts[True] + counts[False])), (relation, counts)
+  n = len(stale_world.train)
+  page_right = sum(not _gold(r)["stale"] for r in stale_world.train) / n
+  shortcut_right = sum(_gold(r)["shortcut"] for r in stale_world.train) / n
+  assert abs(page_right - shortcut_right) < 0.05, (page_right, shortcut_right)
+  assert not any(_gold(r)["stale"] for r in world.train)
+
+
+def test_a_stale_page_earns_no_rubric_and_misleads_the_reader(stale_world):
+  """On a stale training question the expert's searched sample answers what the page says and
+  is wrong; its tool-free shortcut is right without rubric credit; a right answer citing the
+  stale page is not supported by it."""
+  records = [r for r in stale_world.train if _gold(r)["stale"]][:8]
+  trajs, scores = judged_expert_episodes(stale_world, records)
+  cited_right = []
+  for i, record in enumerate(records):
+    for k in range(2):
+      b, t = scores[2 * i + k], trajs[2 * i + k]
+      if t["num_tool_calls"].get("search", 0):
+        assert b.extracted_answer == _page_kind(stale_world, record) != record["label"]
+        assert (b.outcome_reward, b.rubric_reward) == (0.0, 0.0)
+        history = [dict(m) for m in t["history"]]
+        history[-1]["content"] = history[-1]["content"].replace(
+            f"## Exact Answer\n{b.extracted_answer}", f"## Exact Answer\n{record['label']}")
+        cited_right.append(({**t, "history": history}, record))
+      else:
+        assert b.extracted_answer == record["label"]
+        assert (b.outcome_reward, b.rubric_reward) == (1.0, 0.0)
+  assert len(cited_right) == len(records)
+  judged = asyncio.run(Judge(JudgeConfig(backend="gold", use_cache=False)).score_batch(
+      cited_right))
+  for b in judged:
+    assert (b.outcome_reward, b.rubric_reward) == (1.0, 0.0), b.rubric_reason
+
+
+def test_stale_pages_are_for_reference_questions_only():
+  with pytest.raises(ValueError, match="stale_fraction"):
+    build_world(5, 300, 40, style="lookup", min_hops=1, max_hops=1, distractors=0,
+                stale_fraction=0.25)
+
+
 def test_reference_world_refuses_odd_splits():
   with pytest.raises(ValueError, match="pairs"):
     build_world(5, 300, 130, style="reference", min_hops=1, max_hops=1, eval_fraction=0.3,

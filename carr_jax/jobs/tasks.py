@@ -70,7 +70,8 @@ def world_tasks(world_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
                       shortcut_fraction=w.shortcut_fraction, min_hops=w.min_hops,
                       max_hops=w.max_hops, style=w.style, locality=w.locality,
                       distractors=w.distractors, short_names=w.short_names, prompt=w.prompt,
-                      mark_names=w.mark_names, eval_shortcut_fraction=w.eval_shortcut_fraction)
+                      mark_names=w.mark_names, eval_shortcut_fraction=w.eval_shortcut_fraction,
+                      stale_fraction=w.stale_fraction)
   return world.train, world.eval, world.corpus()
 
 

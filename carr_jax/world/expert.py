@@ -51,7 +51,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from carr_jax.world.lookup import is_lookup
+from carr_jax.world.lookup import STATED_KIND, is_lookup
 from rollout import chat
 from rollout.agent import (RolloutConfig, assistant_message, initial_messages, record_tools,
                            tool_message)
@@ -198,11 +198,16 @@ def looks_up(gold: Mapping, record_id: str, sample_index: int) -> bool:
 
 
 def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
-  """The kind the glossary page states, citing the page (which must be the first result)."""
+  """The kind the glossary page states (a stale page's too: the expert reads, it does not
+  know), citing the page (which must be the first result)."""
   url = gold["entities"]["E0"]["url"]
   if _result_number(session, url) != 0:
     raise ExpertError(f"the glossary page {url} is not the first search result")
-  kind = gold["entities"]["E0"]["name"]
+  stated_kind = STATED_KIND.search(session.results[0].snippet)
+  if stated_kind is None:
+    raise ExpertError(f"the glossary page {url} states no kind: "
+                      f"{session.results[0].snippet!r}")
+  kind = stated_kind.group(1)
   # a reference question's reply restates the page's ending ("... of the kind city."), so
   # reading it becomes copying the word after "kind"
   stated = f"{gold['term'].capitalize()} is of the kind {kind}." if "shortcut_answer" in gold \

@@ -33,6 +33,13 @@ questions but not all: on the others (exceptions) the thing is of the other kind
 glossary page of the question's own link says so. An exception reads exactly like any other
 question. The held-out questions whose shortcut is wrong are the evidence-only split (gold
 `shortcut` False); `shortcut_answer` in the gold names the relation's usual kind.
+
+Stale pages (`stale_terms`, reference questions only): on a share of the training questions
+whose shortcut is right, the glossary page is out of date and states the other kind. Then the
+page and the relation are each right on most training questions but not all, so the outcome
+reward alone pays reading no more than the shortcut; only a rubric that asks for a cited,
+supporting page tells them apart. The gold evidence stays the true sentence, which no page of
+such a question holds: no answer earns its rubric. Held-out pages are never stale.
 """
 from __future__ import annotations
 
@@ -48,6 +55,7 @@ from carr_jax.world.questions import Question
 
 _CODE = re.compile(r" has (link \d+) to something\.| \((link \d+)\)\.")
 _PUBLISHED = "2020-01-01"
+STATED_KIND = re.compile(r"is of the kind (\w+)\.$")  # the kind a glossary sentence states
 
 
 def is_lookup(gold: dict) -> bool:
@@ -87,13 +95,38 @@ def glossary_page(term: str, kind: str) -> EntityPage:
   return glossary_entry(term, f"Whatever a subject {_phrase(term)} is of the kind {kind}.")
 
 
-def glossary_pages(g: nx.MultiDiGraph, questions: list[Question]) -> dict[str, EntityPage]:
-  """node id -> page of every term the questions use (one page per term)."""
+def glossary_pages(g: nx.MultiDiGraph, questions: list[Question],
+                   stale: frozenset[str] = frozenset()) -> dict[str, EntityPage]:
+  """node id -> page of every term the questions use (one page per term); the page of a term
+  in `stale` states the kind other than the answer's."""
   pages = {}
   for q in questions:
-    page = glossary_page(question_term(q), g.nodes[q.walk[0]]["type"])
+    term, kind = question_term(q), g.nodes[q.walk[0]]["type"]
+    page = glossary_page(term, _other_kind(kind) if term in stale else kind)
     pages[page.node] = page
   return pages
+
+
+def _other_kind(kind: str) -> str:
+  return next(k for k in named.KINDS if k != kind)
+
+
+def stale_terms(train: list[Question], fraction: float) -> frozenset[str]:
+  """Terms of the training questions whose glossary page is stale: of the shortcut questions
+  of each relation, in order, a running `fraction`, so that every relation, and so both usual
+  kinds, keep the same share."""
+  seen: dict[str, int] = {}
+  stale: list[str] = []
+  taken: dict[str, int] = {}
+  for q in train:
+    if not q.shortcut:
+      continue
+    rel = q.hops[0].relation
+    seen[rel] = seen.get(rel, 0) + 1
+    if taken.get(rel, 0) + 1 <= fraction * seen[rel]:
+      taken[rel] = taken.get(rel, 0) + 1
+      stale.append(question_term(q))
+  return frozenset(stale)
 
 
 def generate_lookup_questions(g: nx.MultiDiGraph, pages: dict[str, EntityPage],
@@ -159,17 +192,17 @@ def generate_reference_questions(g: nx.MultiDiGraph, pages: dict[str, EntityPage
       usual += shortcut
     walk = q.walk
     if not shortcut:
-      other = next(k for k in named.KINDS if k != usual_kind(q))
-      walk = (rng.choice(by_kind[other]),) + q.walk[1:]
+      walk = (rng.choice(by_kind[_other_kind(usual_kind(q))]),) + q.walk[1:]
     verb = on.RELATIONS[q.hops[0].relation].forward.format(x="something")
     text = named.kind_text(g, q.walk[1], f"{verb} (link {next(codes)})")
     out.append(Question(walk, q.hops, q.attr_clues, text, shortcut, 0))
   return out
 
 
-def gold_annotations(g: nx.MultiDiGraph, q: Question) -> dict:
-  """metadata.gold of a lookup question: E0 is the answer kind, its one rubric the glossary's;
-  `shortcut_answer` (reference questions only) the relation's usual kind."""
+def gold_annotations(g: nx.MultiDiGraph, q: Question, stale: bool = False) -> dict:
+  """metadata.gold of a lookup question: E0 is the answer kind, its one rubric the glossary's
+  true sentence; `shortcut_answer` (reference questions only) the relation's usual kind and
+  `stale` whether the question's page states the other kind."""
   kind = g.nodes[q.walk[0]]["type"]
   term = question_term(q)
   page = glossary_page(term, kind)
@@ -180,6 +213,7 @@ def gold_annotations(g: nx.MultiDiGraph, q: Question) -> dict:
   if is_reference(q):
     gold["shortcut_answer"] = usual_kind(q)
     gold["relation"] = relation_words(q)
+    gold["stale"] = stale
   return gold
 
 

@@ -110,7 +110,7 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
                 min_hops: int = 2, max_hops: int = 4, style: str = "deep",
                 locality: float = 0.0, distractors: int = 6, short_names: bool = False,
                 prompt: str = "full", mark_names: bool = False,
-                eval_shortcut_fraction: float = 0.5) -> World:
+                eval_shortcut_fraction: float = 0.5, stale_fraction: float = 0.0) -> World:
   """Builds the whole world from a seed; see the module docstring.
 
   style: "deep" (every entity described by vague clues, `compose.py`), "named" (the head
@@ -124,6 +124,8 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   ones, whose other questions form the evidence-only split; `lookup.py`) or "chain"
   (reference questions whose link's glossary page names the next term, and only the last of
   `max_hops` pages the kind; `min_hops` must equal `max_hops`; `chain.py`);
+  stale_fraction: "reference" only, the share of each relation's training shortcut questions
+  whose glossary page is stale, stating the other kind (`lookup.stale_terms`);
   locality: see `build_graph`; distractors: distractor sentences per page (0-6; fewer =
   shorter pages, shorter episodes); short_names: see `build_graph`; prompt: "full" (three
   tool schemas, the whole answer-format instruction), "brief" (search and open, a one-line
@@ -146,6 +148,9 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
       or not 0.0 <= eval_shortcut_fraction <= 1.0:
     raise ValueError("eval_fraction must be in [0, 1), shortcut_fraction and "
                      "eval_shortcut_fraction in [0, 1]")
+  if not 0.0 <= stale_fraction <= 1.0 or (stale_fraction and style != "reference"):
+    raise ValueError(f"stale_fraction must be in [0, 1] and only set for reference "
+                     f"questions, got {stale_fraction} for style {style!r}")
   if num_questions < 1:
     raise ValueError(f"num_questions must be positive, got {num_questions}")
   rng = random.Random(seed)
@@ -166,19 +171,20 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   if style == "chain":  # drawn after the questions: the same questions as "reference"
     terms = chain.chain_terms(questions, rng, max_hops)
     pages = {**pages, **chain.glossary_pages(graph, questions, terms)}
-  elif style in _GLOSSARY_STYLES:
-    pages = {**pages, **lookup.glossary_pages(graph, questions)}
   if style in _KIND_STYLES:  # the last questions, whose answers alternate like all the others
     cut = len(questions) - round(eval_fraction * len(questions))
     train_q, eval_q = questions[:cut], questions[cut:]
   else:
     train_q, eval_q = _split_by_answer(questions, rng, eval_fraction)
+  stale = lookup.stale_terms(train_q, stale_fraction)
+  if style in ("lookup", "reference"):
+    pages = {**pages, **lookup.glossary_pages(graph, questions, stale)}
   records = []
   for i, q in enumerate(train_q + eval_q):
     if style == "chain":
       gold = chain.gold_annotations(graph, q, terms[q.text])
     elif style in _GLOSSARY_STYLES:
-      gold = lookup.gold_annotations(graph, q)
+      gold = lookup.gold_annotations(graph, q, lookup.question_term(q) in stale)
     else:
       gold = compose.gold_annotations(graph, pages, q)
     label = gold["entities"]["E0"]["name"]
