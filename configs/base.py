@@ -216,4 +216,6 @@ def sft_section() -> ml_collections.ConfigDict:
   # "lookup" (carr_jax/world/expert.py)
   s.expert_samples = 1  # expert: episodes per question ("guess": each its own option)
   s.expert_known_fraction = 0.0  # expert "guess" / "lookup": share of questions it knows
+  s.expert_chain_cite_all = 1.0  # expert "lookup", chain questions: share of its replies
+  # citing every page (the others cite the last page only)
   return s

@@ -152,6 +152,22 @@ def test_citing_only_the_last_page_earns_half(world, judged):
     assert [r.supported for r in b.rubrics] == [False, True]
 
 
+def test_an_expert_citing_every_page_half_the_time(world):
+  """`chain_cite_all=0.5`: the searched replies split between citing both pages (rubric 1) and
+  the last one only (rubric 0.5), each right; a cold start whose full-chain share leaves room
+  for the rubric reward to raise it."""
+  trajs, scores = judged_expert_episodes(world, world.eval, chain_cite_all=0.5)
+  rubric = collections.Counter()
+  for t, b in zip(trajs, scores):
+    if t["num_tool_calls"].get("search"):
+      assert b.outcome_reward == 1.0, b.rubric_reason
+      cited = len(re.findall(r"\]\(https?://[^)]+\)\]", t["history"][-1]["content"]))
+      assert (cited, b.rubric_reward) in ((2, 1.0), (1, 0.5)), b.rubric_reason
+      rubric[b.rubric_reward] += 1
+  assert sum(rubric.values()) == len(world.eval)  # one searched sample per question
+  assert 0.3 < rubric[1.0] / sum(rubric.values()) < 0.7, rubric
+
+
 def test_a_reply_that_never_names_the_hidden_term_identifies_nothing(world, judged):
   def unnamed(reply, gold):
     return reply.replace(gold["chain"][1].capitalize(), "It").replace(gold["chain"][1],

@@ -75,11 +75,12 @@ def test_glossary_page_ranks_first_and_holds_the_evidence(world):
     assert hit.snippet.endswith(f"of the kind {record['label']}.")
 
 
-def judged_expert_episodes(world, records, samples: int = 2):
+def judged_expert_episodes(world, records, samples: int = 2, **expert):
   """The "lookup" expert's episodes (`samples` per record, record by record, its tool-free
-  answer the known one) and their gold-judge Breakdowns, in the same order."""
+  answer the known one; more ExpertConfig fields in `expert`) and their gold-judge
+  Breakdowns, in the same order."""
   fmt = chat.ChatFormat(qwen3_tokenizer())
-  cfg = ExpertConfig(search_results=1, answer="lookup", known_fraction=1.0)
+  cfg = ExpertConfig(search_results=1, answer="lookup", known_fraction=1.0, **expert)
 
   async def run():
     trajs = await expert_trajectories(records, world.corpus_backend(), fmt, cfg, samples)

@@ -81,6 +81,8 @@ class ExpertConfig:
   answer: str = "evidence"  # "evidence" (rubric sentences, cited) | "brief" | "guess" |
   # "lookup" (below)
   known_fraction: float = 0.0  # "guess", "lookup": records whose right option the expert gives
+  chain_cite_all: float = 1.0  # "lookup" on chain questions: share of episodes (drawn per
+  # record and sample) whose reply cites every page of the chain; the others cite the last
 
 
 @dataclasses.dataclass
@@ -215,13 +217,15 @@ def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
   return f"## Explanation with Citations\n{stated} [[1]({url})]\n\n## Exact Answer\n{kind}"
 
 
-def cited_chain_answer(gold: Mapping, first_urls: Sequence[str]) -> str:
-  """A chain question's reply: each page's sentence citing it, in chain order, then the kind;
-  `first_urls` is the first result of each search, which must be the chain's pages."""
+def cited_chain_answer(gold: Mapping, first_urls: Sequence[str], every_page: bool = True) -> str:
+  """A chain question's reply: each page's sentence citing it (the last page's only, unless
+  `every_page`), in chain order, then the kind; `first_urls` is the first result of each
+  search, which must be the chain's pages."""
   urls = [r["url"] for r in gold["rubrics"]]
   if list(first_urls) != urls:
     raise ExpertError(f"the chain's searches found {list(first_urls)}, not its pages {urls}")
-  lines = [f"{r['evidence']} [[{k}]({r['url']})]" for k, r in enumerate(gold["rubrics"], 1)]
+  cited = gold["rubrics"] if every_page else gold["rubrics"][-1:]
+  lines = [f"{r['evidence']} [[{k}]({r['url']})]" for k, r in enumerate(cited, 1)]
   return ("## Explanation with Citations\n" + "\n".join(lines)
           + f"\n\n## Exact Answer\n{gold['entities']['E0']['name']}")
 
@@ -263,7 +267,9 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
       await ep.act(NEXT_TERM_THOUGHT if k else GLOSSARY_THOUGHT, "browser.search",
                    {"query": f"glossary {term}", "num": 1})
       first_urls.append(ep.session.results[0].url if ep.session.results else None)
-    ep.answer("", cited_chain_answer(gold, first_urls))
+    every_page = random.Random(f"{record['id']}/cite/{sample_index}").random() \
+        < cfg.chain_cite_all
+    ep.answer("", cited_chain_answer(gold, first_urls, every_page))
   elif cfg.answer == "lookup":
     await ep.act(GLOSSARY_THOUGHT, "browser.search", {"query": f"glossary {gold['term']}",
                                                        "num": 1})
