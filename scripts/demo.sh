@@ -14,7 +14,8 @@
 # finer prompt buckets; ~17 min estimated now (docs/results.md).
 #   CARR_JAX_WORKDIR   run directory (default workdir/demo)
 #   CARR_JAX_SEED      seed of both stages (default 0); over seeds with the GRPO control:
-#                      CARR_JAX_SEEDS="0 1 2 3 4" bash scripts/reproduce_shortcuts.sh
+#                      CARR_JAX_SEEDS="0 1 2 3 4" CARR_JAX_RL_VARIANT=main \
+#                      bash scripts/reproduce_shortcuts.sh
 #   CARR_JAX_DEMO_SFT  0 = skip stage 1 and start RL from a random policy (default 1)
 # Extra args go to the RL trainer, e.g. --config.train.num_steps=8.
 # The tool-free kind-question job (3 min) is configs/lab/kinds_cpu.py; its docstring has the commands.

@@ -4,13 +4,16 @@
 # wrong on the evidence-only questions. For each seed k:
 #   1. the cold start (configs/lab/lookup_cpu.py:sft, --config.seed=k) into OUT_DIR/sft_seed<k>:
 #      the SFT seed moves the cold start the way another machine's float rounding does;
-#   2. from it, with the same seed and budget, C-GRPO (the main job, :main) into
-#      OUT_DIR/cgrpo_seed<k> and GRPO into OUT_DIR/grpo_seed<k>, side by side;
+#   2. from it, with the same seed and budget, C-GRPO into OUT_DIR/cgrpo_seed<k> and GRPO into
+#      OUT_DIR/grpo_seed<k>, side by side, on stale training pages (:stale: the page and the
+#      shortcut each right on ~80% of training questions); CARR_JAX_RL_VARIANT=main runs the
+#      main job's RL (:main, every page right) and its GRPO control instead;
 # then OUT_DIR/summary.json, OUT_DIR/table.md and OUT_DIR/shortcuts.png
 # (python -m carr_jax.shortcut_report; its --help defines every metric: held-out and
 # evidence-only accuracy and gain, shortcut rate, tool calls, cited pages, page agreement).
 #   bash scripts/reproduce_shortcuts.sh [OUT_DIR]            (default workdir/shortcuts)
-#   CARR_JAX_SEEDS="0 1 2 3 4" bash scripts/reproduce_shortcuts.sh   the main job's seed table
+#   CARR_JAX_SEEDS="0 1 2 3 4" CARR_JAX_RL_VARIANT=main bash scripts/reproduce_shortcuts.sh
+#                                                              the main job's seed table
 # Runs go two at a time, one core each (scripts/run_lanes.sh); logs in OUT_DIR/*.log; every
 # run resumes when rerun (a finished one is not redone). Extra args go to every RL run.
 # Time, measured end to end for 3 seeds from a fresh clone on 2 cores (docs/results.md): 60 min
@@ -25,8 +28,8 @@ start=$(date +%s)
 seeds=(${CARR_JAX_SEEDS:-0 1 2})
 bash scripts/run_lanes.sh sft "$out" configs/lab/lookup_cpu.py:sft "${seeds[@]}"
 for seed in "${seeds[@]}"; do
-  bash scripts/run_lanes.sh rl "$out" configs/lab/lookup_cpu.py:main "$seed" \
-    "$out/sft_seed$seed/checkpoints" "$@"
+  bash scripts/run_lanes.sh rl "$out" "configs/lab/lookup_cpu.py:${CARR_JAX_RL_VARIANT:-stale}" \
+    "$seed" "$out/sft_seed$seed/checkpoints" "$@"
 done
 "${CARR_JAX_VENV:-.venv}/bin/python" -m carr_jax.shortcut_report "$out" \
   --wall-s "$(( $(date +%s) - start ))"

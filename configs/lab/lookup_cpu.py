@@ -2,18 +2,20 @@
 
     bash scripts/demo.sh                          # the main job: SFT, then C-GRPO (:main)
     bash scripts/reproduce_shortcuts.sh [OUT_DIR] # per seed: SFT, then GRPO and C-GRPO from it
+                                                  # on stale training pages (:stale)
 
 which run, from the CLIs, for seed k:
 
     python -m carr_jax.sft --config configs/lab/lookup_cpu.py:sft --workdir OUT/sft_seedk \
         --config.seed=k
-    python -m carr_jax.train --config configs/lab/lookup_cpu.py:main --workdir OUT/cgrpo_seedk \
+    python -m carr_jax.train --config configs/lab/lookup_cpu.py:stale --workdir OUT/cgrpo_seedk \
         --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k
-    python -m carr_jax.train --config configs/lab/lookup_cpu.py:main --workdir OUT/grpo_seedk \
+    python -m carr_jax.train --config configs/lab/lookup_cpu.py:stale --workdir OUT/grpo_seedk \
         --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k \
         --config.reward.mode=grpo
 
-(no variant: the same RL run with held-out avg@2 every 25 steps.)
+(`:main` in place of `:stale` gives the main job and its GRPO control; no variant: the RL
+run on the main job's world with held-out avg@2 every 25 steps.)
 
 Reference questions (`world.style="reference"`, carr_jax/world/lookup.py) ask the kind
 of the thing a named subject's relation points to, and give each question its own link
@@ -34,7 +36,15 @@ two of five seeds measured, between 400 and 900 on the others; one had copied on
 held-out questions at 600), hence 900 steps, the last 100 decaying the learning rate to 0
 (without the decay one seed's cold start looped on a quarter of its episodes). RL then
 decides between the two: the outcome reward pays the search only on exceptions, C-GRPO's
-rubric term pays it on every right answer. Measured results, over seeds: docs/results.md.
+rubric term pays it on every right answer. On the main job's world the page is right on
+every training question and the shortcut on 80%, so the outcome reward pays reading too, and
+GRPO learns it from a cold start that reads. `:stale` gives a quarter of each relation's
+training shortcut questions a stale glossary page, one stating the other kind
+(`world.stale_fraction`; held-out pages are never stale, the cold start never sees one):
+then the page and the shortcut are each right on ~80% of training questions, the outcome
+reward pays reading no more than the shortcut, and only C-GRPO's rubric term, paid for a
+right answer its cited page supports, tells them apart. Measured results, over seeds:
+docs/results.md.
 """
 from configs import base
 
@@ -64,7 +74,8 @@ def lookup_world(c) -> None:
 
 
 def get_config(arg=None):
-  """`arg` "sft": the cold start; "main": the main job's C-GRPO run; none: the comparison's."""
+  """`arg` "sft": the cold start; "main": the main job's C-GRPO run; "stale": the comparison's
+  RL, "main" on stale training pages; none: RL with held-out evaluation every 25 steps."""
   c = base.get_config()
   lookup_world(c)
   if arg == "sft":
@@ -84,8 +95,9 @@ def get_config(arg=None):
     c.optim.decay_from = c.sft.num_steps - c.optim.decay_steps
     c.checkpoint.every = 50
     return c
-  if arg not in (None, "main"):
-    raise ValueError(f"unknown variant {arg!r} of configs/lab/lookup_cpu.py; known: sft, main")
+  if arg not in (None, "main", "stale"):
+    raise ValueError(f"unknown variant {arg!r} of configs/lab/lookup_cpu.py; known: sft, main, "
+                     f"stale")
   c.loss.importance_sampling = "icepop"  # as the release
   c.data.prompts_per_step = 8
   c.data.group_size = 8
@@ -96,7 +108,9 @@ def get_config(arg=None):
   c.train.eval_questions = 64
   c.train.eval_samples = 2
   c.checkpoint.every = 10
-  if arg == "main":  # held-out avg@4 at the start and the end only
+  if arg in ("main", "stale"):  # held-out avg@4 at the start and the end only
     c.train.eval_every = c.train.num_steps
     c.train.eval_samples = 4
+  if arg == "stale":
+    c.world.stale_fraction = 0.25  # of each relation's training shortcut questions
   return c
