@@ -43,6 +43,7 @@ such a question holds: no answer earns its rubric. Held-out pages are never stal
 """
 from __future__ import annotations
 
+import collections
 import random
 import re
 
@@ -115,17 +116,14 @@ def stale_terms(train: list[Question], fraction: float) -> frozenset[str]:
   """Terms of the training questions whose glossary page is stale: of the shortcut questions
   of each relation, in order, a running `fraction`, so that every relation, and so both usual
   kinds, keep the same share."""
-  seen: dict[str, int] = {}
-  stale: list[str] = []
-  taken: dict[str, int] = {}
+  seen, taken, stale = collections.Counter(), collections.Counter(), set()
   for q in train:
-    if not q.shortcut:
-      continue
-    rel = q.hops[0].relation
-    seen[rel] = seen.get(rel, 0) + 1
-    if taken.get(rel, 0) + 1 <= fraction * seen[rel]:
-      taken[rel] = taken.get(rel, 0) + 1
-      stale.append(question_term(q))
+    if q.shortcut:
+      relation = q.hops[0].relation
+      seen[relation] += 1
+      if taken[relation] + 1 <= fraction * seen[relation]:
+        taken[relation] += 1
+        stale.add(question_term(q))
   return frozenset(stale)
 
 
