@@ -29,10 +29,15 @@ has 858; `sft.min_outcome` filters dumped rollouts of our own), 3 epochs, batch 
 from configs import base
 
 
-def paper_settings(c, preset: str):
+def paper_model(c, preset: str):
+  """The paper's model as both stages train it: bf16 compute, full rematerialization."""
   c.model.preset = preset
   c.model.compute_dtype = "bfloat16"
   c.model.remat = "full"
+
+
+def paper_settings(c, preset: str):
+  paper_model(c, preset)
   c.data.source = "jsonl"
   c.data.train_path = "data/carr_deepdive_rl.jsonl"
   c.data.prompts_per_step = 16
@@ -60,9 +65,7 @@ def paper_settings(c, preset: str):
 def sft_settings(c, preset: str):
   """The cold start's settings (the module docstring), in place of `paper_settings`."""
   c.sft = base.sft_section()
-  c.model.preset = preset
-  c.model.compute_dtype = "bfloat16"
-  c.model.remat = "full"
+  paper_model(c, preset)
   c.sft.data = "data/deepdive_trajectories_sft.jsonl"
   c.sft.epochs = 3
   c.sft.batch_size = 16
