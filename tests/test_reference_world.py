@@ -7,7 +7,8 @@ stated relation's usual kind) is wrong; each question's own glossary page states
 answer and ranks first for "glossary <link>"; exceptions read like every other question; the
 gold judge pays a cited right answer outcome 1 and rubric 1, the shortcut outcome 0 on the
 evidence-only split, and a reply whose exact answer contradicts the page it cites no rubric
-credit.
+credit. With stale training pages (`stale_fraction`) only training shortcut questions' pages
+change, each to the other kind, and a stale page earns no answer its rubric.
 
   python -m pytest tests/test_reference_world.py -q
 """
