@@ -217,5 +217,7 @@ def sft_section() -> ml_collections.ConfigDict:
   s.expert_samples = 1  # expert: episodes per question ("guess": each its own option)
   s.expert_known_fraction = 0.0  # expert "guess" / "lookup": share of questions it knows
   s.expert_chain_cite_all = 1.0  # expert "lookup", chain questions: share of its replies
-  # citing every page (the others cite the last page only)
+  # citing every page (the others cite one page)
+  s.expert_chain_cite_first = 0.0  # of those others, the share citing the first page only (a
+  # rubric not connected to the answer); the rest cite the last page only
   return s

@@ -168,6 +168,29 @@ def test_an_expert_citing_every_page_half_the_time(world):
   assert 0.3 < rubric[1.0] / sum(rubric.values()) < 0.7, rubric
 
 
+def test_an_expert_citing_one_page_cites_the_first_or_the_last(world):
+  """`chain_cite_all=0.4, chain_cite_first=0.5`: the replies that cite one page cite the first
+  (a supported rubric not connected to the answer: rubric 0, 0.5 without the connectivity
+  check) or the last (0.5 either way), each reply right; the three kinds each common."""
+  trajs, scores = judged_expert_episodes(world, world.eval, chain_cite_all=0.4,
+                                         chain_cite_first=0.5)
+  unconnected = Judge(JudgeConfig(backend="gold", use_cache=False, require_connected=False))
+  searched = [(t, r) for t, r in zip(trajs, [r for r in world.eval for _ in range(2)])
+              if t["num_tool_calls"].get("search")]
+  rescored = asyncio.run(unconnected.score_batch(searched))
+  kinds = collections.Counter()
+  for (t, record), b, b_free in zip(searched, [b for t, b in zip(trajs, scores)
+                                               if t["num_tool_calls"].get("search")], rescored):
+    urls = re.findall(r"\]\((https?://[^)]+)\)\]", t["history"][-1]["content"])
+    pages = [r["url"] for r in _gold(record)["rubrics"]]
+    kind = {tuple(pages): "all", tuple(pages[:1]): "first", tuple(pages[1:]): "last"}[tuple(urls)]
+    expected = {"all": (1.0, 1.0), "first": (0.0, 0.5), "last": (0.5, 0.5)}[kind]
+    assert b.outcome_reward == 1.0 and (b.rubric_reward, b_free.rubric_reward) == expected, kind
+    kinds[kind] += 1
+  assert sum(kinds.values()) == len(world.eval)
+  assert all(0.2 < kinds[k] / len(world.eval) < 0.5 for k in ("all", "first", "last")), kinds
+
+
 def test_a_reply_that_never_names_the_hidden_term_identifies_nothing(world, judged):
   def unnamed(reply, gold):
     return reply.replace(gold["chain"][1].capitalize(), "It").replace(gold["chain"][1],

@@ -89,7 +89,8 @@ def world_output_ids(world_cfg: Any, more_worlds: int, fmt) -> tuple[int, ...]:
 # The scripted expert's fields -> their keys in the `sft` section.
 EXPERT_KEYS = {"search_results": "expert_search_results", "use_find": "expert_find",
                "answer": "expert_answer", "known_fraction": "expert_known_fraction",
-               "chain_cite_all": "expert_chain_cite_all"}
+               "chain_cite_all": "expert_chain_cite_all",
+               "chain_cite_first": "expert_chain_cite_first"}
 
 
 def expert_trajectories(config: Any, fmt) -> list[dict]:

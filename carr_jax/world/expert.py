@@ -82,7 +82,9 @@ class ExpertConfig:
   # "lookup" (below)
   known_fraction: float = 0.0  # "guess", "lookup": records whose right option the expert gives
   chain_cite_all: float = 1.0  # "lookup" on chain questions: share of episodes (drawn per
-  # record and sample) whose reply cites every page of the chain; the others cite the last
+  # record and sample) whose reply cites every page of the chain; the others cite one page
+  chain_cite_first: float = 0.0  # of those others, the share citing the first page (a rubric
+  # not connected to the answer); the rest cite the last
 
 
 @dataclasses.dataclass
@@ -217,17 +219,29 @@ def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
   return f"## Explanation with Citations\n{stated} [[1]({url})]\n\n## Exact Answer\n{kind}"
 
 
-def cited_chain_answer(gold: Mapping, first_urls: Sequence[str], every_page: bool = True) -> str:
-  """A chain question's reply: each page's sentence citing it (the last page's only, unless
-  `every_page`), in chain order, then the kind; `first_urls` is the first result of each
-  search, which must be the chain's pages."""
+CITED_PAGES = {"all": slice(None), "first": slice(0, 1), "last": slice(-1, None)}
+
+
+def cited_chain_answer(gold: Mapping, first_urls: Sequence[str], pages: str = "all") -> str:
+  """A chain question's reply: the sentence of each page `pages` names (CITED_PAGES) citing it,
+  in chain order, then the kind; `first_urls` is the first result of each search, which must
+  be the chain's pages."""
   urls = [r["url"] for r in gold["rubrics"]]
   if list(first_urls) != urls:
     raise ExpertError(f"the chain's searches found {list(first_urls)}, not its pages {urls}")
-  cited = gold["rubrics"] if every_page else gold["rubrics"][-1:]
+  cited = gold["rubrics"][CITED_PAGES[pages]]
   lines = [f"{r['evidence']} [[{k}]({r['url']})]" for k, r in enumerate(cited, 1)]
   return ("## Explanation with Citations\n" + "\n".join(lines)
           + f"\n\n## Exact Answer\n{gold['entities']['E0']['name']}")
+
+
+def chain_pages(record: Mapping, sample_index: int, cfg: ExpertConfig) -> str:
+  """Which pages the reply to one sample of a chain question cites (a key of CITED_PAGES),
+  drawn per record and sample by `cfg.chain_cite_all` and `cfg.chain_cite_first`."""
+  draw = random.Random(f"{record['id']}/cite/{sample_index}")
+  if draw.random() < cfg.chain_cite_all:
+    return "all"
+  return "first" if draw.random() < cfg.chain_cite_first else "last"
 
 
 def shortcut_thought(gold: Mapping, answer: str) -> str:
@@ -267,9 +281,7 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
       await ep.act(NEXT_TERM_THOUGHT if k else GLOSSARY_THOUGHT, "browser.search",
                    {"query": f"glossary {term}", "num": 1})
       first_urls.append(ep.session.results[0].url if ep.session.results else None)
-    every_page = random.Random(f"{record['id']}/cite/{sample_index}").random() \
-        < cfg.chain_cite_all
-    ep.answer("", cited_chain_answer(gold, first_urls, every_page))
+    ep.answer("", cited_chain_answer(gold, first_urls, chain_pages(record, sample_index, cfg)))
   elif cfg.answer == "lookup":
     await ep.act(GLOSSARY_THOUGHT, "browser.search", {"query": f"glossary {gold['term']}",
                                                        "num": 1})
