@@ -16,9 +16,10 @@
 #                                                              the main job's seed table
 # Runs go two at a time, one core each (scripts/run_lanes.sh); logs in OUT_DIR/*.log; every
 # run resumes when rerun (a finished one is not redone). Extra args go to every RL run.
-# Time, measured end to end for 3 seeds from a fresh clone on 2 cores (docs/results.md): 60 min
-# 42 s with set-up (SFT pair of 900 steps ~20.5 min, the third SFT alone on both cores ~11
-# min, three RL pairs of 50 steps ~10 min each); 5 seeds ~100 min estimated.
+# Time for 3 seeds on 2 cores (docs/results.md): ~51 min with set-up, estimated from the phases
+# of a run measured end to end from a fresh clone with the main job's 50 RL steps, 60 min 42 s
+# (SFT pair of 900 steps ~20.5 min, the third SFT alone on both cores ~11 min, three RL pairs
+# of 50 steps ~10 min each; :stale's 30-step pairs ~6 min).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

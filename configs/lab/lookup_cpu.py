@@ -108,9 +108,10 @@ def get_config(arg=None):
   c.train.eval_questions = 64
   c.train.eval_samples = 2
   c.checkpoint.every = 10
+  if arg == "stale":
+    c.world.stale_fraction = 0.25  # of each relation's training shortcut questions
+    c.train.num_steps = 30  # the evidence-only lead was +0.39 to +0.63 at step 30, 3 seeds
   if arg in ("main", "stale"):  # held-out avg@4 at the start and the end only
     c.train.eval_every = c.train.num_steps
     c.train.eval_samples = 4
-  if arg == "stale":
-    c.world.stale_fraction = 0.25  # of each relation's training shortcut questions
   return c
