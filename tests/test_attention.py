@@ -25,7 +25,8 @@ def _inputs(b, t, k, g, h, seed=0):
 
 
 @pytest.mark.parametrize("shape,block", [((2, 37, 2, 2, 8), 16), ((1, 64, 1, 4, 16), 16),
-                                         ((2, 100, 2, 1, 8), 32), ((1, 20, 2, 2, 8), 512)])
+                                         ((2, 100, 2, 1, 8), 32), ((1, 20, 2, 2, 8), 512),
+                                         ((1, 40, 2, 2, 8), 32)])  # 2 blocks of 24
 def test_blockwise_equals_dense_values_and_gradients(shape, block, monkeypatch):
   monkeypatch.setattr(A, "BLOCK", block)
   q, k, v, seg, w = _inputs(*shape)
@@ -40,6 +41,16 @@ def test_blockwise_equals_dense_values_and_gradients(shape, block, monkeypatch):
   got = jax.jit(jax.grad(objective("blockwise"), argnums=(0, 1, 2)))(q, k, v)
   for name, a, b in zip("qkv", got, want):
     np.testing.assert_allclose(a, b, atol=1e-5, rtol=0, err_msg=f"d{name}")
+
+
+def test_block_size_covers_a_row_with_the_fewest_equal_blocks():
+  """At most BLOCK; as few blocks as BLOCK allows; padding under 8 columns per block."""
+  for t in [1, 7, 40, 448, 512, 513, 640, 1000, 4096, 65_536]:
+    blk = A.block_size(t)
+    blocks = -(-t // blk)
+    assert blk <= A.BLOCK and blocks == -(-t // A.BLOCK), t
+    assert blocks * blk - t < 8 * blocks, (t, blk)
+  assert A.block_size(640) == 320 and A.block_size(448) == 448
 
 
 def test_blockwise_rows_of_padding_stay_finite(monkeypatch):

@@ -132,10 +132,21 @@ def dense(q, k, v, segment_ids):
   return jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)
 
 
+def block_size(t: int) -> int:
+  """The block of "blockwise" for rows of t tokens: the fewest blocks of at most `BLOCK` that
+  cover t, made equal and rounded up to a multiple of 8 (640 -> 2 x 320, not 2 x 512 of which
+  384 columns are padding)."""
+  blocks = -(-t // BLOCK)
+  if blocks == 1:
+    return t
+  per_block = -(-t // blocks)
+  return min(BLOCK, -(-per_block // 8) * 8)
+
+
 def blockwise(q, k, v, segment_ids):
-  """Online-softmax attention in blocks of `BLOCK`. Shapes as in `attend`."""
+  """Online-softmax attention in blocks of `block_size(T)`. Shapes as in `attend`."""
   t = q.shape[1]
-  blk = min(BLOCK, t)
+  blk = block_size(t)
   pad = -t % blk
   if pad:  # padded columns get segment 0: they attend to nothing and nothing attends to them
     widths = lambda x: [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)  # noqa: E731
