@@ -4,12 +4,26 @@ Not a runnable experiment by itself (its defaults are the paper's 4B hyper-param
 tiny model); see configs/lab/lookup_cpu.py for the CPU main job and configs/cgrpo_*.py for the
 paper. Override any key on the command line: `--config.rollout.temperature=0.8`.
 
-These are the only defaults of the keys: carr_jax.jobs.components builds each dataclass config
-from its section, and a dataclass's own default equals the value here
-(tests/test_config_single_source.py). SFT configs add the `sft` section (sft_section below).
+Each key's default is written once. A section that carr_jax.jobs.components builds into a
+dataclass config takes those keys from the dataclass (`add_fields`): key `<section>.<field>`,
+its default and its documentation the field's, in the module named beside it below. The other
+keys are written and documented here. SFT configs add the `sft` section (sft_section below).
 """
+import dataclasses
+import typing
+
 import ml_collections
 from ml_collections.config_dict import placeholder
+
+from carr_jax.coldstart.step import SFTStepConfig
+from carr_jax.model.config import ARCHITECTURE, Qwen3Config
+from carr_jax.rl.loss import LossConfig
+from carr_jax.rl.packing import PackingConfig
+from carr_jax.rl.rewards import RewardConfig
+from carr_jax.rl.train_step import OptimConfig, StepConfig
+from judge.config import JudgeConfig
+from rollout.agent import RolloutConfig
+from rollout.tools.web import WebConfig
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -18,14 +32,12 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.model = ml_collections.ConfigDict()
   c.model.preset = "tiny_dense"  # carr_jax.model.config preset name
-  c.model.param_dtype = "float32"  # master weights (fp32 for training)
-  c.model.compute_dtype = "float32"  # matmul dtype; bfloat16 on TPU/GPU
-  c.model.remat = "none"  # "none" | "full": recompute each layer in the backward pass
-  c.model.moe_impl = "ragged"  # "ragged" (grouped matmul) | "dense" (every expert)
-  c.model.attention = "auto"  # auto (by platform) | dense | blockwise | splash | cudnn
   c.model.hf_path = ""  # HF directory to initialise from ("" = random init / checkpoint)
   c.model.output_vocab = "full"  # "full" | "world" (softmax over the world's ids only; CPU demo)
   c.model.output_vocab_worlds = 0  # "world": also the ids of the worlds seeded world.seed+1..+N
+  # carr_jax/model/config.py (its fields but the architecture, which the preset gives):
+  # moe_impl, attention, param_dtype, compute_dtype, remat
+  add_fields(c.model, Qwen3Config, skip=ARCHITECTURE)
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.init_dir = ""  # orbax checkpoint to initialise params from (e.g. after SFT)
@@ -77,118 +89,57 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.sglang_idle_timeout = 120.0  # s a weight sync waits for idle to flush the old cache
   c.rollout.sync_dir = ""  # HF exports for SGLang, latest kept ("" = workdir/sync)
   c.rollout.tokenizer_dir = ""  # Qwen3 tokenizer dir ("" = scripts/fetch_tokenizer.sh cache)
-  c.rollout.temperature = 1.0  # sampling temperature (paper: 1.0); the loss uses the same
-  c.rollout.top_p = 1.0  # (paper: 1.0)
-  c.rollout.top_k = -1  # -1 = off
-  c.rollout.max_turn_tokens = 8192  # new tokens per assistant turn
-  c.rollout.max_context_tokens = 65536  # whole-episode token budget (paper: 64k)
-  c.rollout.max_tool_calls = 100  # tool-call limit per episode (paper: 100)
-  c.rollout.stop_on_ill_formed = True  # end the episode at the first ill-formed turn
-  c.rollout.concurrency = 64  # episodes in flight at once (= SGLang requests in flight)
+  # rollout/agent.py: temperature, top_p, top_k, max_turn_tokens, max_context_tokens,
+  # max_tool_calls, stop_on_ill_formed, concurrency, tool_timeout_s, system_prompt
+  add_fields(c.rollout, RolloutConfig)
   c.rollout.max_batch = 64  # in-process engine: requests generated together
   c.rollout.dump_trajectories = True  # workdir/trajectories/step_N.jsonl, N as the step
-  c.rollout.tool_timeout_s = 120.0  # s one tool call may take before it becomes "timeout"
-  c.rollout.system_prompt = placeholder(str)  # system message before the tool schemas (None: none)
 
   c.tools = ml_collections.ConfigDict()
   c.tools.backend = "corpus"  # "corpus" (offline BM25) | "web" (search + reader APIs)
-  # The keys below configure backend=web (rollout.tools.web.WebConfig).
-  c.tools.search_url = "https://google.serper.dev/search"  # Serper-compatible search endpoint
-  c.tools.search_key_env = "SERPER_API_KEY"  # env var holding the search API key
-  c.tools.reader_url = "https://r.jina.ai"  # Jina-compatible reader base URL
-  c.tools.reader_key_env = "JINA_API_KEY"  # env var holding the reader API key
-  c.tools.allow_private = False  # allow loopback/private URLs (tests only)
-  c.tools.timeout_s = 30.0  # s per HTTP attempt of the search / reader
-  c.tools.attempts = 3  # tries per HTTP request, the first included
-  c.tools.backoff_s = 0.5  # retry k waits uniform(0, backoff_s * 2**(k-1))
-  c.tools.backoff_max_s = 30.0  # s; the longest wait between tries, Retry-After included
-  c.tools.max_concurrency = 32  # search / reader requests in flight
-  c.tools.cache_dir = placeholder(str)  # also keep fetched pages on disk here (None: memory only)
-  c.tools.cache_pages = 4096  # pages kept in the in-memory LRU cache
-  c.tools.cache_searches = 4096  # search results kept in the in-memory LRU cache
-  c.tools.trust_env = True  # use HTTP(S)_PROXY / NO_PROXY of the environment
-  c.tools.max_redirects = 5  # redirect hops followed, each checked like the first URL
+  # backend=web, rollout/tools/web.py: search_url, reader_url, search_key_env, reader_key_env,
+  # timeout_s, attempts, backoff_s, backoff_max_s, max_concurrency, allow_private, cache_dir,
+  # cache_pages, cache_searches, trust_env, max_redirects
+  add_fields(c.tools, WebConfig)
 
   c.judge = ml_collections.ConfigDict()
-  c.judge.backend = "llm"  # "llm" (OpenAI-compatible) | "gold" (synthetic world only)
-  c.judge.base_url = "https://api.deepseek.com"  # chat endpoint base (backend=llm)
-  c.judge.model = "deepseek-chat"  # judge model (paper train: DeepSeek-V3.2)
-  c.judge.api_key_env = "DEEPSEEK_API_KEY"  # env var holding the judge key
-  c.judge.concurrency = 128  # judge calls in flight
-  c.judge.timeout = 120.0  # seconds per judge call
-  c.judge.retries = 4  # retries on 408/425/429/500/502/503/504, timeouts, connection errors
-  c.judge.backoff_base = 1.0  # s; retry k waits at random up to backoff_base * 2**(k-1)
-  c.judge.backoff_max = 30.0  # s; the longest wait between retries
-  c.judge.max_reasks = 2  # re-asks after an unusable judge output
+  # judge/config.py: backend, base_url, model, api_key_env, concurrency, timeout, retries,
+  # backoff_base, backoff_max, max_reasks, use_cache, temperature, max_tokens, max_citations,
+  # accept_plain_links, require_connected, max_response_chars, max_tool_output_chars,
+  # max_context_chars, max_body_bytes, max_rubrics, max_history_messages, max_json_depth,
+  # max_json_values, body_timeout_s, deadline_s
+  add_fields(c.judge, JudgeConfig, skip=("cache_path",))
   c.judge.cache_path = ""  # sqlite judge cache ("" = workdir/judge_cache.sqlite)
-  c.judge.use_cache = True  # False: every verdict is asked afresh
-  c.judge.temperature = placeholder(float)  # judge sampling temperature (None: the provider's)
-  c.judge.max_tokens = placeholder(int)  # judge reply token cap (None: the provider's)
-  # Judging rules (judge.citations, judge.records).
-  c.judge.max_citations = 20  # distinct cited URLs judged, in order (paper: at most 20)
-  c.judge.accept_plain_links = False  # also count `[3](url)` citations (the release: no)
-  c.judge.require_connected = True  # paper; False: every supported rubric counts (ablation)
-  c.judge.max_response_chars = 60_000  # the final response is cut to this before judging
-  c.judge.max_tool_output_chars = 200_000  # each tool output is cut to this before parsing
-  c.judge.max_context_chars = 240_000  # cited page text sent to the support judge
-  # Request caps of the judge server (judge.server) and the per-trajectory deadline.
-  c.judge.max_body_bytes = 32 * 2**20  # /evaluate request body
-  c.judge.max_rubrics = 256  # rubrics per request
-  c.judge.max_history_messages = 4096  # messages per history
-  c.judge.max_json_depth = 64  # nesting depth of the request JSON
-  c.judge.max_json_values = 2**18  # JSON values per request body (counted before parsing)
-  c.judge.body_timeout_s = 30.0  # s to receive a request body; past it 408
-  c.judge.deadline_s = 600.0  # s per trajectory, retries included; past it both rewards are 0
 
   c.reward = ml_collections.ConfigDict()
-  c.reward.mode = "paper"  # "paper" | "release" | "grpo" | "rubric_all" (carr_jax.rl.rewards)
-  c.reward.alpha = 0.3  # rubric weight a (paper: 0.3)
-  c.reward.scale_by_std = True  # divide centred rewards by the group std
-  c.reward.std_ddof = 1  # 1: sample std (the release) | 0: population std
-  c.reward.eps = 1e-6  # added to the std before dividing
-  c.reward.equal_tol = 1e-6  # a group whose rewards span at most this has zero gradient
-  c.reward.filter_zero_gradient = False  # drop groups whose rewards are all equal
+  # carr_jax/rl/rewards.py: mode, alpha, scale_by_std, std_ddof, eps, equal_tol,
+  # filter_zero_gradient
+  add_fields(c.reward, RewardConfig)
   c.reward.shortcut_threshold = 0.5  # correct answers with rubric reward below this = shortcut
 
   c.loss = ml_collections.ConfigDict()
-  c.loss.eps_low = 0.2  # lower clip (paper: 0.2)
-  c.loss.eps_high = 0.28  # upper clip (paper: 0.28)
-  c.loss.log_ratio_clamp = 20.0  # |log ratio| bound before exp; guards overflow only
+  # carr_jax/rl/loss.py: eps_low, eps_high, log_ratio_clamp, importance_sampling, is_low,
+  # is_high, kl_coef, kl_estimator
+  add_fields(c.loss, LossConfig)
   # the ratio's denominator: "trainer" (the policy's own log-probs before the step's one
   # update, taken from the step's forward: the ratio is 1) | "rollout" (the engine's)
   c.loss.old_logprobs = "trainer"
-  # "none" | "icepop": truncated importance weights of trainer vs engine log-probs, kept in
-  # [is_low, is_high] (the release and every RL config in configs/: icepop)
-  c.loss.importance_sampling = "none"
-  c.loss.is_low = 0.5
-  c.loss.is_high = 2.0
-  c.loss.kl_coef = 0.0  # KL to a frozen reference policy (paper: 0)
-  c.loss.kl_estimator = "k3"  # "k1" | "k3"
 
   c.optim = ml_collections.ConfigDict()
-  c.optim.learning_rate = 2e-6  # constant (paper: 2e-6)
-  c.optim.warmup_steps = 0  # linear warmup (paper: none)
-  c.optim.decay_from = 0  # with decay_steps > 0: the step where a linear decay to 0 starts
-  c.optim.decay_steps = 0  # its length (warmup-stable-decay); 0 = constant (paper)
-  c.optim.b1 = 0.9
-  c.optim.b2 = 0.98  # (paper: 0.98)
-  c.optim.eps = 1e-8  # Adam's epsilon; larger damps updates of parameters with tiny gradients
-  c.optim.weight_decay = 0.1  # (paper: 0.1)
-  c.optim.grad_clip_norm = 1.0  # global-norm clip (0 = off)
+  # carr_jax/rl/train_step.py: learning_rate, warmup_steps, decay_from, decay_steps, b1, b2,
+  # eps, weight_decay, grad_clip_norm
+  add_fields(c.optim, OptimConfig)
 
   c.batch = ml_collections.ConfigDict()
-  c.batch.row_lengths = (8192, 16384, 32768, 65536)  # packed row lengths (compile buckets)
-  c.batch.micro_batches = 1  # gradient-accumulation slices per step
-  c.batch.logprob_chunk = 1024  # sequence chunk of the fused unembed + log-softmax
+  # carr_jax/rl/train_step.py, carr_jax/coldstart/step.py, carr_jax/rl/packing.py:
+  # micro_batches, logprob_chunk, row_lengths, coarse_rows, overflow, pad_id
+  add_fields(c.batch, StepConfig, SFTStepConfig, PackingConfig,
+             skip=("temperature", "loss_positions", "on_policy", "vocab", "row_multiple",
+                   "vocab_size"))  # computed by carr_jax.jobs.components from other keys
   # Logits only at the slots with loss (generated tokens), gathered per row into a [R, K]
   # index with K a multiple of this (coarsely bucketed: few compiled shapes); 0 = logits at
   # every slot (RL only; SFT always gathers). carr_jax.rl.packing.loss_positions.
   c.batch.loss_positions_multiple = 1024
-  # an episode longer than the longest row: "error" (RL: a config whose
-  # rollout.max_context_tokens exceeds it fails at start) | "truncate" (cut it: meant)
-  c.batch.overflow = "error"
-  c.batch.coarse_rows = True  # round the row count up to 3 significant bits: few shapes
-  c.batch.pad_id = 0  # token id written into padding slots
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 100  # optimizer steps (capped by data.epochs)
@@ -209,15 +160,41 @@ def sft_section() -> ml_collections.ConfigDict:
   s.num_steps = 0  # stop after this many steps (0 = all epochs)
   s.min_outcome = 0.0  # keep dumped rollouts whose judge outcome is >= this (0 = all)
   s.default_tools = True  # records without tools get the browser schemas in their prompt
-  s.expert_search_results = 3  # expert: `num` of each search
-  s.expert_find = True  # expert: confirm each hop with browser.find
   s.expert_max_hops = 4  # expert: only questions of at most this many hops (shorter episodes)
-  s.expert_answer = "evidence"  # expert: "evidence" (rubric sentences) | "brief" | "guess" |
-  # "lookup" (carr_jax/world/expert.py)
   s.expert_samples = 1  # expert: episodes per question ("guess": each its own option)
-  s.expert_known_fraction = 0.0  # expert "guess" / "lookup": share of questions it knows
-  s.expert_chain_cite_all = 1.0  # expert "lookup", chain questions: share of its replies
-  # citing every page (the others cite one page)
-  s.expert_chain_cite_first = 0.0  # of those others, the share citing the first page only (a
-  # rubric not connected to the answer); the rest cite the last page only
+  # the scripted expert of data="expert", carr_jax/world/expert.py (ExpertConfig, keys
+  # SFT_KEYS): expert_search_results, expert_find, expert_answer, expert_known_fraction,
+  # expert_chain_cite_all, expert_chain_cite_first
+  from carr_jax.world.expert import ExpertConfig, SFT_KEYS
+  add_fields(s, ExpertConfig, renamed=SFT_KEYS)
   return s
+
+
+def add_fields(section: ml_collections.ConfigDict, *classes: type, skip=(),
+               renamed: dict | None = None) -> None:
+  """Adds to `section` a key for each field with a default of the dataclasses `classes` but
+  `skip`: the field's name (or `renamed[name]`), its default the field's, None as a placeholder
+  of the field's type (so an override type-checks). A field two classes share must agree."""
+  renamed = renamed or {}
+  for cls in classes:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+      if f.name in skip or not _has_default(f):
+        continue
+      default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+      key = renamed.get(f.name, f.name)
+      if key in section and section[key] != default:
+        raise ValueError(f"{cls.__name__}.{f.name}: default {default!r}, but another class of "
+                         f"the section has {section[key]!r}")
+      section[key] = placeholder(_declared_type(hints[f.name])) if default is None else default
+
+
+def _has_default(field: dataclasses.Field) -> bool:
+  return (field.default is not dataclasses.MISSING
+          or field.default_factory is not dataclasses.MISSING)
+
+
+def _declared_type(hint) -> type:
+  """`str | None` -> str: the type a None default's placeholder takes."""
+  args = [a for a in typing.get_args(hint) if a is not type(None)]
+  return args[0] if len(args) == 1 else hint

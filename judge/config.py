@@ -25,7 +25,7 @@ BACKENDS = ("llm", "gold")
 class JudgeConfig:
   backend: str = "llm"  # "llm": any OpenAI-compatible chat endpoint; "gold": synthetic world only
   base_url: str = "https://api.deepseek.com"  # POST {base_url}/chat/completions
-  model: str = "deepseek-chat"
+  model: str = "deepseek-chat"  # judge model (paper, training: DeepSeek-V3.2)
   api_key_env: str = "DEEPSEEK_API_KEY"  # name of the env var holding the key; "" = no auth
   # Judge HTTP calls in flight at once (per event loop); 429s back off.
   concurrency: int = 128
@@ -36,13 +36,14 @@ class JudgeConfig:
   backoff_max: float = 30.0  # seconds; caps every wait, a server's Retry-After included
   max_reasks: int = 2  # re-asks after an unusable judge output (so 1 + 2 attempts per step)
   cache_path: str | None = None  # sqlite file for the judge cache; None = in memory only
-  use_cache: bool = True
+  use_cache: bool = True  # False: every verdict is asked afresh
   temperature: float | None = None  # None = provider default (reasoning models reject others)
-  max_tokens: int | None = None
+  max_tokens: int | None = None  # judge reply token cap (None: the provider's)
   # Judging rules.
   max_citations: int = 20  # first N distinct cited URLs are used (paper: at most 20)
   accept_plain_links: bool = False  # also count `[3](url)`; the release does not (see citations)
   require_connected: bool = True  # a supported rubric counts only when connected to <E0>
+  # (paper); False: every supported rubric counts (an ablation)
   max_response_chars: int = 60_000  # final responses are cut to this before judging
   max_tool_output_chars: int = 200_000  # each tool output is cut to this before parsing
   max_context_chars: int = 240_000  # cited content sent to the support judge

@@ -73,8 +73,8 @@ class RolloutConfig:
   max_tool_calls: int = 100
   # Paper: stop at the first ill-formed turn.  False: feed an error observation back.
   stop_on_ill_formed: bool = True
-  # Episodes in flight at once over all groups (each holds a browser session; the engine
-  # bounds its own request concurrency separately).
+  # Episodes in flight at once over all groups (= SGLang requests in flight; each holds a
+  # browser session; the in-process engine bounds its own batch, rollout.max_batch).
   concurrency: int = 64
   # Seconds one tool call may take; a slower call becomes an error observation "timeout".
   tool_timeout_s: float = 120.0

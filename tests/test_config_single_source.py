@@ -1,11 +1,15 @@
-"""One default per config key: configs/base.py.
+"""One default per config key, written once: in configs/base.py, or in the dataclass field
+whose key base.py adds from it (`add_fields`).
 
 carr_jax.jobs.components builds each dataclass config from one section (`from_section`).
 These tests fail when a field has no key (and its builder does not compute it), when a key of
-a built section is read by nothing, when a dataclass default differs from base.py's, or when
-an override of a key does not reach the built dataclass.
+a built section is read by nothing, when a dataclass default differs from base.py's, when
+base.py writes a literal for a key a field gives, or when an override of a key does not reach
+the built dataclass.
 """
+import ast
 import dataclasses
+import pathlib
 
 import pytest
 
@@ -17,6 +21,7 @@ from carr_jax.jobs import components, tasks
 from carr_jax.model.config import Qwen3Config
 from carr_jax.rl import loss, packing, rewards
 from carr_jax.rl import train_step as ts
+from carr_jax.world import expert
 from carr_jax.world.expert import ExpertConfig
 from configs import base
 from judge.config import JudgeConfig
@@ -33,7 +38,7 @@ BUILT = [
     (SFTStepConfig, "batch", {}, {"vocab"}),
     (rewards.RewardConfig, "reward", {}, set()),
     (packing.PackingConfig, "batch", {}, {"row_multiple", "vocab_size"}),
-    (ExpertConfig, "sft", tasks.EXPERT_KEYS, set()),
+    (ExpertConfig, "sft", expert.SFT_KEYS, set()),
     (RolloutConfig, "rollout", {}, set()),
     (WebConfig, "tools", {}, set()),
     (JudgeConfig, "judge", {}, {"cache_path"}),
@@ -119,6 +124,33 @@ def test_dataclass_defaults_equal_base():
         disagree.append(f"{cls.__qualname__}.{f.name}={default!r} vs {key}="
                         f"{dotted.get(config, key)!r}")
   assert not disagree, disagree
+
+
+def _written_in_base() -> set[str]:
+  """The keys configs/base.py assigns a literal to: `c.<section>.<key> = ...` and, in
+  sft_section, `s.<key> = ...`."""
+  tree = ast.parse((pathlib.Path(base.__file__)).read_text())
+  written = set()
+  for node in ast.walk(tree):
+    for target in getattr(node, "targets", []):
+      if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute) \
+          and isinstance(target.value.value, ast.Name) and target.value.value.id == "c":
+        written.add(f"{target.value.attr}.{target.attr}")
+      elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+          and target.value.id == "s":
+        written.add(f"sft.{target.attr}")
+  return written
+
+
+def test_a_key_a_dataclass_gives_is_not_written_again_in_base():
+  """Each default is written once: a field's key takes the field's default (`add_fields`),
+  and base.py assigns it no literal of its own (reward.alpha among them)."""
+  written = _written_in_base()
+  assert "reward.shortcut_threshold" in written and "sft.expert_max_hops" in written  # parsed
+  twice = sorted(key_of(section, renamed, f.name) for cls, section, renamed, computed in BUILT
+                 for f in dataclasses.fields(cls)
+                 if f.name not in computed and key_of(section, renamed, f.name) in written)
+  assert twice == [], twice
 
 
 def test_from_section_names_a_missing_key_and_refuses_an_unknown_field():

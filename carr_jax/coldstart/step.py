@@ -34,8 +34,8 @@ SFT_BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_index",
 
 @dataclasses.dataclass(frozen=True)
 class SFTStepConfig:
-  micro_batches: int = 1  # slices of the global batch run one after another in the step
-  logprob_chunk: int = 1024  # loss positions per chunk of the fused unembed + log-softmax
+  micro_batches: int = 1  # as StepConfig's (the same key, batch.micro_batches)
+  logprob_chunk: int = 1024  # as StepConfig's (the same key, batch.logprob_chunk)
   vocab: RestrictedVocab | None = None  # the loss's output vocabulary (None: all ids)
 
 

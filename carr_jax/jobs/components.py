@@ -2,8 +2,9 @@
 
 Each dataclass config comes from one section of the config (`carr_common.sections.
 from_section`): field `f` of the dataclass is the key `<section>.<f>`, except the fields its
-builder computes, which the builder names with their reason. configs/base.py holds the one
-default of every key; a dataclass default equals it (tests/test_config_single_source.py).
+builder computes, which the builder names with their reason. The field's default is the key's
+one default: configs/base.py adds the key from the field (`add_fields`;
+tests/test_config_single_source.py).
 
 A builder reads its own section (engine and tokenizer: rollout; tool_backend: tools) and, where
 named here, other keys for a stated reason:
@@ -22,19 +23,12 @@ import os
 from typing import Any
 
 from carr_common.sections import from_section
-from carr_jax.model.config import Qwen3Config, get_preset
+from carr_jax.model.config import ARCHITECTURE, Qwen3Config, get_preset
 from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.rl import loss as loss_lib
 from carr_jax.rl import packing
 from carr_jax.rl import rewards
 from carr_jax.rl import train_step as ts
-
-ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                "head_dim", "intermediate_size", "rope_theta", "rms_norm_eps",
-                "tie_word_embeddings", "max_position_embeddings", "num_experts",
-                "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
-                "router_aux_loss_coef")  # Qwen3Config fields of model.preset / model.hf_path
-
 
 def model_config(config: Any) -> Qwen3Config:
   """The architecture of `model.preset`, or of the HF directory `model.hf_path` when set."""

@@ -86,13 +86,6 @@ def world_output_ids(world_cfg: Any, more_worlds: int, fmt) -> tuple[int, ...]:
   return tuple(sorted(ids))
 
 
-# The scripted expert's fields -> their keys in the `sft` section.
-EXPERT_KEYS = {"search_results": "expert_search_results", "use_find": "expert_find",
-               "answer": "expert_answer", "known_fraction": "expert_known_fraction",
-               "chain_cite_all": "expert_chain_cite_all",
-               "chain_cite_first": "expert_chain_cite_first"}
-
-
 def expert_trajectories(config: Any, fmt) -> list[dict]:
   """The scripted expert's trajectories (carr_jax.world.expert, set by `sft.expert_*`) on the
   training questions of at most `sft.expert_max_hops` hops, `sft.expert_samples` each."""
@@ -103,7 +96,7 @@ def expert_trajectories(config: Any, fmt) -> list[dict]:
   train = [r for r in train if r["metadata"]["gold"]["hops"] <= s.expert_max_hops]
   return asyncio.run(expert.expert_trajectories(
       train, CorpusBackend.from_records(corpus), fmt,
-      from_section(expert.ExpertConfig, s, EXPERT_KEYS), s.expert_samples))
+      from_section(expert.ExpertConfig, s, expert.SFT_KEYS), s.expert_samples))
 
 
 def load_tasks(data_cfg: Any, world_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:

@@ -32,9 +32,10 @@ class Qwen3Config:
   norm_topk_prob: bool = True  # renormalize the top-k router weights to sum to 1
   router_aux_loss_coef: float = 0.0  # Switch-style load-balancing loss weight (HF: 0.001)
   moe_impl: str = "ragged"  # "ragged" (sorted grouped matmul) | "dense" (every expert)
-  attention: str = "auto"  # auto | dense | blockwise | splash | cudnn (carr_jax.model.attention)
+  attention: str = "auto"  # auto (by platform) | dense | blockwise | splash | cudnn
+  # (carr_jax.model.attention)
   # Numerics and memory.
-  param_dtype: str = "float32"
+  param_dtype: str = "float32"  # master weights (fp32 for training)
   compute_dtype: str = "float32"  # bf16 on accelerators; norms/softmax/logits stay fp32
   remat: str = "none"  # "none" | "full" (recompute each layer in the backward pass)
 
@@ -45,6 +46,13 @@ class Qwen3Config:
   def replace(self, **kw: Any) -> "Qwen3Config":
     return dataclasses.replace(self, **kw)
 
+
+# The fields a preset or an HF config.json gives; the others are the run's (the `model` keys).
+ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                "head_dim", "intermediate_size", "rope_theta", "rms_norm_eps",
+                "tie_word_embeddings", "max_position_embeddings", "num_experts",
+                "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+                "router_aux_loss_coef")
 
 _PRESETS = {
     "qwen3_4b_thinking_2507": Qwen3Config(

@@ -99,7 +99,8 @@ class LossConfig:
   eps_low: float = 0.2  # ratio clipped below at 1 - eps_low (paper: 0.2)
   eps_high: float = 0.28  # ratio clipped above at 1 + eps_high (paper: 0.28)
   log_ratio_clamp: float = 20.0  # |log-ratio| bound before exp (overflow guard only)
-  importance_sampling: str = "none"  # "none" | "icepop" (engine vs trainer truncated IS)
+  importance_sampling: str = "none"  # "none" | "icepop": truncated importance weights of
+  # trainer vs engine log-probs (the release and every RL config in configs/: icepop)
   is_low: float = 0.5  # icepop keeps weights in [is_low, is_high], zeroes the rest
   is_high: float = 2.0
   kl_coef: float = 0.0  # weight of the KL(pi || pi_ref) penalty (paper: 0)

@@ -52,10 +52,12 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class PackingConfig:
-  row_lengths: tuple[int, ...] = (8192, 16384, 32768, 65536)  # candidate S values
+  row_lengths: tuple[int, ...] = (8192, 16384, 32768, 65536)  # packed row lengths S (compile
+  # buckets)
   row_multiple: int = 1  # R is a multiple of this (data-parallel size x micro-batches)
   coarse_rows: bool = True  # round R / row_multiple up to 3 significant bits: few shapes
-  overflow: str = "error"  # "error" | "truncate": trajectories longer than max(row_lengths)
+  overflow: str = "error"  # a trajectory longer than max(row_lengths): "error" (RL: a config
+  # whose rollout.max_context_tokens exceeds it fails at start) | "truncate" (cut it: meant)
   pad_id: int = 0  # token id written into padding slots
   vocab_size: int | None = None  # when set, token ids must be < vocab_size
 

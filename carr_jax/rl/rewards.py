@@ -53,7 +53,7 @@ REWARD_MODES = ("paper", "release", "grpo", "rubric_all")
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-  mode: str = "paper"  # one of REWARD_MODES
+  mode: str = "paper"  # "paper" | "release" | "grpo" | "rubric_all" (the module docstring)
   alpha: float = 0.3  # weight of the rubric term (paper: 0.3 best of {0, 0.1, 0.3, 0.5})
   scale_by_std: bool = True  # divide centred rewards by the group std
   std_ddof: int = 1  # 1 = sample std (the release); 0 = population std

@@ -54,20 +54,20 @@ BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_mask", "adv
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-  learning_rate: float = 2e-6
-  warmup_steps: int = 0
+  learning_rate: float = 2e-6  # after warmup (paper: 2e-6, constant)
+  warmup_steps: int = 0  # linear warmup (paper: none)
   decay_from: int = 0  # with decay_steps > 0: from this step, linear decay to 0 ...
-  decay_steps: int = 0  # ... over this many steps (warmup-stable-decay); 0: constant
+  decay_steps: int = 0  # ... over this many steps (warmup-stable-decay); 0: constant (paper)
   b1: float = 0.9
-  b2: float = 0.98
-  eps: float = 1e-8
-  weight_decay: float = 0.1
+  b2: float = 0.98  # (paper: 0.98)
+  eps: float = 1e-8  # Adam's epsilon; larger damps updates of parameters with tiny gradients
+  weight_decay: float = 0.1  # (paper: 0.1)
   grad_clip_norm: float = 1.0  # 0 disables global-norm clipping
 
 
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
-  micro_batches: int = 1  # slices of the global batch run sequentially inside one step
+  micro_batches: int = 1  # gradient accumulation: slices of the batch run one after another
   temperature: float = 1.0  # the sampling temperature; logits are divided by it
   logprob_chunk: int = 1024  # sequence chunk of the fused unembed + log-softmax
   loss_positions: bool = False  # logits only at batch["loss_index"] (see the docstring)

@@ -87,6 +87,13 @@ class ExpertConfig:
   # not connected to the answer); the rest cite the last
 
 
+# ExpertConfig's fields -> their keys in the `sft` section (configs/base.py sft_section).
+SFT_KEYS = {"search_results": "expert_search_results", "use_find": "expert_find",
+            "answer": "expert_answer", "known_fraction": "expert_known_fraction",
+            "chain_cite_all": "expert_chain_cite_all",
+            "chain_cite_first": "expert_chain_cite_first"}
+
+
 @dataclasses.dataclass
 class _Episode:
   """The growing episode: a Trajectory (tokens, mask) and the session it browses with."""

@@ -50,16 +50,17 @@ _HEADER_FIELDS = ("Title", "URL Source", "Published Time")
 
 @dataclasses.dataclass(frozen=True)
 class WebConfig:
-  search_url: str = SERPER_SEARCH_URL
-  reader_url: str = JINA_READER_URL
-  search_key_env: str | None = "SERPER_API_KEY"  # None: the search endpoint needs no key
-  reader_key_env: str | None = "JINA_API_KEY"  # the reader also works keyless, rate-limited
+  search_url: str = SERPER_SEARCH_URL  # Serper-compatible search endpoint
+  reader_url: str = JINA_READER_URL  # Jina-compatible reader base URL
+  search_key_env: str | None = "SERPER_API_KEY"  # env var of the search key; None: no key
+  reader_key_env: str | None = "JINA_API_KEY"  # env var of the reader key (it also works
+  # keyless, rate-limited)
   timeout_s: float = 30.0  # per HTTP attempt
   attempts: int = 3  # tries per request, including the first
   backoff_s: float = 0.5  # retry k waits uniform(0, backoff_s * 2**(k-1)), capped below
   backoff_max_s: float = 30.0  # the longest wait between tries, Retry-After included
   max_concurrency: int = 32  # HTTP requests in flight per event loop
-  allow_private: bool = False  # let the reader open private/loopback target URLs
+  allow_private: bool = False  # let the reader open private/loopback URLs (tests only)
   cache_dir: str | None = None  # also keep fetched pages on disk (JSON per URL)
   cache_pages: int = 4096  # pages kept in memory (LRU)
   cache_searches: int = 4096  # search results kept in memory (LRU)
