@@ -27,6 +27,13 @@ start (configs/lab/lookup_cpu.py:sft, which copies the link and reads a one-page
 learns the second hop in 300 more steps, the last 100 decaying the learning rate to 0:
 greedy copy of the link and of the page's code exact on all 100 held-out questions at step
 300 on the seeds measured (docs/results.md `## The chain world`).
+
+Its searched replies cite the whole chain on 40% of samples, the first page only on 30% (a
+supported rubric not connected to the answer: rubric 0, 0.5 without the connectivity check)
+and the last page only on 30% (rubric 0.5). So the cold start leaves room for the rubric
+reward to raise the share of right answers citing the whole chain, and holds the disconnected
+citations the connectivity check decides; an expert citing every page gave a cold start that
+already cited the whole chain on 62-70% of its right answers, and GRPO raised it further.
 """
 from configs.lab import lookup_cpu
 
@@ -49,6 +56,8 @@ def get_config(arg=None):
   chain_world(c)
   if arg == "sft":  # the second stage; checkpoint.init_dir: the reference cold start
     c.sft.expert_max_hops = 2
+    c.sft.expert_chain_cite_all = 0.4  # of the searched replies; the others cite one page:
+    c.sft.expert_chain_cite_first = 0.5  # the first (not connected to the answer) or the last
     c.sft.num_steps = 300
     c.optim.decay_from = c.sft.num_steps - c.optim.decay_steps
     return c
