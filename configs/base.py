@@ -162,10 +162,10 @@ def sft_section() -> ml_collections.ConfigDict:
   s.default_tools = True  # records without tools get the browser schemas in their prompt
   s.expert_max_hops = 4  # expert: only questions of at most this many hops (shorter episodes)
   s.expert_samples = 1  # expert: episodes per question ("guess": each its own option)
+  from carr_jax.world.expert import ExpertConfig, SFT_KEYS
   # the scripted expert of data="expert", carr_jax/world/expert.py (ExpertConfig, keys
   # SFT_KEYS): expert_search_results, expert_find, expert_answer, expert_known_fraction,
   # expert_chain_cite_all, expert_chain_cite_first
-  from carr_jax.world.expert import ExpertConfig, SFT_KEYS
   add_fields(s, ExpertConfig, renamed=SFT_KEYS)
   return s
 

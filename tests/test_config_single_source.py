@@ -8,8 +8,10 @@ base.py writes a literal for a key a field gives, or when an override of a key d
 the built dataclass.
 """
 import ast
+import collections
 import dataclasses
 import pathlib
+import re
 
 import pytest
 
@@ -151,6 +153,28 @@ def test_a_key_a_dataclass_gives_is_not_written_again_in_base():
                  for f in dataclasses.fields(cls)
                  if f.name not in computed and key_of(section, renamed, f.name) in written)
   assert twice == [], twice
+
+
+def test_base_names_beside_each_add_fields_the_keys_it_adds():
+  """The comment above each `add_fields(c.<section>, ...)` (or `add_fields(s, ...)`) lists the
+  keys the dataclasses give that section, so a key is found in base.py by its name."""
+  lines = pathlib.Path(base.__file__).read_text().splitlines()
+  listed: dict[str, set[str]] = collections.defaultdict(set)
+  for i, line in enumerate(lines):
+    call = re.match(r"\s*add_fields\((?:c\.(\w+)|s),", line)
+    if not call:
+      continue
+    k, comment = i - 1, []
+    while lines[k].strip().startswith("#"):
+      comment.insert(0, lines[k].strip().lstrip("# "))
+      k -= 1
+    names = " ".join(comment).split(":", 1)[-1]
+    listed[call.group(1) or "sft"] |= set(re.findall(r"\w+", names))
+  given = collections.defaultdict(set)
+  for cls, section, renamed, computed in BUILT:
+    given[section] |= {renamed.get(f.name, f.name) for f in dataclasses.fields(cls)
+                       if f.name not in computed}
+  assert {sec: given[sec] - listed[sec] for sec in given if given[sec] - listed[sec]} == {}
 
 
 def test_from_section_names_a_missing_key_and_refuses_an_unknown_field():
