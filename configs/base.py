@@ -179,9 +179,9 @@ def add_fields(section: ml_collections.ConfigDict, *classes: type, skip=(),
   for cls in classes:
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-      if f.name in skip or not _has_default(f):
+      default = _default(f)
+      if f.name in skip or default is dataclasses.MISSING:
         continue
-      default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
       key = renamed.get(f.name, f.name)
       if key in section and section[key] != default:
         raise ValueError(f"{cls.__name__}.{f.name}: default {default!r}, but another class of "
@@ -189,9 +189,11 @@ def add_fields(section: ml_collections.ConfigDict, *classes: type, skip=(),
       section[key] = placeholder(_declared_type(hints[f.name])) if default is None else default
 
 
-def _has_default(field: dataclasses.Field) -> bool:
-  return (field.default is not dataclasses.MISSING
-          or field.default_factory is not dataclasses.MISSING)
+def _default(field: dataclasses.Field):
+  """The field's default, or dataclasses.MISSING where it has none."""
+  if field.default_factory is not dataclasses.MISSING:
+    return field.default_factory()
+  return field.default
 
 
 def _declared_type(hint) -> type:
