@@ -27,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from carr_jax.world import build_world  # noqa: E402
+from lab.world import build_world  # noqa: E402
 from rollout import chat  # noqa: E402
 from rollout.agent import RolloutConfig, run_episode  # noqa: E402
 from rollout.engines.base import QWEN3_VOCAB_SIZE, Engine, GenerationResult  # noqa: E402

@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from carr_jax.world import build_world  # noqa: E402
+from lab.world import build_world  # noqa: E402
 from rollout.agent import RolloutConfig, rollout_groups  # noqa: E402
 from rollout.chat import ChatFormat  # noqa: E402
 from rollout.engines import SamplingParams, SGLangEngine  # noqa: E402

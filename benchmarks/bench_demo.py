@@ -1,7 +1,7 @@
 """Wall time per step of a CPU demo, split by phase, and its scaling with G and prompts.
 
-Runs the real trainer (`--config`: configs/lab/demo_cpu.py, the multi-hop demo,
-configs/lab/kinds_cpu.py, the tool-free job, or configs/lab/lookup_cpu.py, the main job) for
+Runs the real trainer (`--config`: lab/configs/demo_cpu.py, the multi-hop demo,
+lab/configs/kinds_cpu.py, the tool-free job, or lab/configs/lookup_cpu.py, the main job) for
 `--steps` steps per setting in a fresh process each and reports the LAST step's phase times
 (earlier steps include compilation): rollout (in-process engine + BM25 tools), judge (gold
 backend), train (old log-probs + jitted step) and sync (in-memory weight update). Settings:
@@ -11,7 +11,7 @@ each phase scales.
 
     .venv/bin/python benchmarks/bench_demo.py [--steps 3] [--settings 1x2 2x2 2x4 4x4]
         [--init_dir SFT_RUN/checkpoints]   # start from a cold-start SFT policy
-        [--config configs/lab/kinds_cpu.py]
+        [--config lab/configs/kinds_cpu.py]
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=3)
   parser.add_argument("--settings", nargs="+", default=["1x2", "2x2", "2x4", "4x4"])
   parser.add_argument("--init_dir", default="", help="checkpoint.init_dir (default: random)")
-  parser.add_argument("--config", default="configs/lab/demo_cpu.py", help="trainer config")
+  parser.add_argument("--config", default="lab/configs/demo_cpu.py", help="trainer config")
   args = parser.parse_args()
   rows = []
   for setting in args.settings:

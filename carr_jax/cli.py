@@ -3,7 +3,8 @@
 Every entry point builds its parser with `parser()` and runs through `run()`:
 
 - `--config FILE[:variant]` loads `get_config()` (or `get_config(variant)`) from any path; a
-  path `configs/NAME.py` that does not exist here is the copy shipped with the package.
+  path `PKG/NAME.py` that does not exist here, its folders naming an installed package
+  (`configs/NAME.py`, `lab/configs/NAME.py`), is that package's shipped copy.
   `--config.a.b=value` (or `--config.a.b value`) overrides one existing key; the value is
   parsed as the key's current type (bool: true/false, tuple: `(1024, 2048)` or `1024,2048`).
 - A config mistake (missing file, unknown variant, unknown key, wrong type) is one line on
@@ -37,25 +38,31 @@ class UsageError(Exception):
 # ------------------------------------------------------------------ config files
 
 
-def shipped_configs() -> pathlib.Path:
-  """The directory of the `configs` package (the repo's, or the installed copy's)."""
-  spec = importlib.util.find_spec("configs")
+def package_dir(name: str) -> pathlib.Path | None:
+  """The directory of the package `name` (the repo's, or the installed copy's); None if none."""
+  try:
+    spec = importlib.util.find_spec(name)
+  except (ImportError, ValueError):
+    return None
   if spec is None or not spec.submodule_search_locations:
-    raise UsageError("the configs package is not installed")
+    return None
   return pathlib.Path(list(spec.submodule_search_locations)[0])
 
 
 def resolve_config_path(path: str) -> pathlib.Path:
-  """`path` itself, else (for `configs/NAME.py`, `configs/lab/NAME.py`) the shipped config."""
+  """`path` itself, else, for `PKG/NAME.py` with PKG an installed package, its shipped copy."""
   given = pathlib.Path(path)
   if given.is_file():
     return given
-  shipped = shipped_configs().joinpath(*given.parts[1:])
-  if given.parts[:1] == ("configs",) and len(given.parts) > 1 and shipped.is_file():
-    return shipped
-  names = sorted(str(p.relative_to(shipped_configs())) for p in shipped_configs().rglob("*.py")
-                 if p.stem != "__init__")
-  raise UsageError(f"config file not found: {path} (shipped: configs/{{{','.join(names)}}})")
+  package = ".".join(given.parts[:-1])
+  root = package_dir(package) if package and not given.is_absolute() else None
+  if root is not None and (root / given.name).is_file():
+    return root / given.name
+  package = package if root is not None else "configs"
+  root = package_dir(package)
+  names = sorted(p.name for p in root.glob("*.py") if p.stem != "__init__") if root else []
+  raise UsageError(f"config file not found: {path} (shipped: {package.replace('.', '/')}/"
+                   f"{{{','.join(names)}}})")
 
 
 def _import_file(path: pathlib.Path):

@@ -1,7 +1,7 @@
 """Cold-start SFT on multi-turn trajectories: `python -m carr_jax.sft --config ... --workdir DIR`.
 
-    python -m carr_jax.sft --config configs/lab/demo_cpu.py:sft --workdir workdir/sft
-    python -m carr_jax.train --config configs/lab/demo_cpu.py --workdir workdir/rl \\
+    python -m carr_jax.sft --config lab/configs/demo_cpu.py:sft --workdir workdir/sft
+    python -m carr_jax.train --config lab/configs/demo_cpu.py --workdir workdir/rl \\
         --config.checkpoint.init_dir=workdir/sft/checkpoints        # RL from the SFT policy
 
 The data (`sft.data`: trajectory files, or "expert") and the loop are described in
@@ -23,7 +23,7 @@ from carr_jax.runs import metrics as metrics_lib
 
 def parser() -> argparse.ArgumentParser:
   p = cli.parser("python -m carr_jax.sft", __doc__.split("\n")[0],
-                 config="SFT config, e.g. configs/lab/demo_cpu.py:sft or "
+                 config="SFT config, e.g. lab/configs/demo_cpu.py:sft or "
                  "configs/cgrpo_qwen3_4b.py:tpu,sft.")
   p.add_argument("--workdir", required=True,
                  help="run directory (checkpoints, TensorBoard, HF exports); a rerun resumes")

@@ -17,7 +17,7 @@ from carr_jax import cli
 
 def parser() -> argparse.ArgumentParser:
   p = cli.parser("python -m carr_jax.train", __doc__.split("\n")[0],
-                 config="Experiment config, e.g. configs/lab/demo_cpu.py or "
+                 config="Experiment config, e.g. lab/configs/demo_cpu.py or "
                  "configs/cgrpo_qwen3_4b.py:tpu.")
   p.add_argument("--workdir", required=True,
                  help="run directory (checkpoints, TensorBoard, trajectories); a rerun resumes")

@@ -1,7 +1,7 @@
 """Every config key of carr_jax, each documented once; experiments override a few.
 
 Not a runnable experiment by itself (its defaults are the paper's 4B hyper-parameters with a
-tiny model); see configs/lab/lookup_cpu.py for the CPU main job and configs/cgrpo_*.py for the
+tiny model); see lab/configs/lookup_cpu.py for the CPU main job and configs/cgrpo_*.py for the
 paper. Override any key on the command line: `--config.rollout.temperature=0.8`.
 
 Each key's default is written once. A section that carr_jax.jobs.components builds into a
@@ -33,8 +33,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.model = ml_collections.ConfigDict()
   c.model.preset = "tiny_dense"  # carr_jax.model.config preset name
   c.model.hf_path = ""  # HF directory to initialise from ("" = random init / checkpoint)
-  c.model.output_vocab = "full"  # "full" | "world" (softmax over the world's ids only; CPU demo)
-  c.model.output_vocab_worlds = 0  # "world": also the ids of the worlds seeded world.seed+1..+N
+  # "full" | "world": the softmax over the ids the in-process task source's tasks can need only
+  # (its output_ids; the CPU laboratory's worlds)
+  c.model.output_vocab = "full"
   # carr_jax/model/config.py (its fields but the architecture, which the preset gives):
   # moe_impl, attention, param_dtype, compute_dtype, remat
   add_fields(c.model, Qwen3Config, skip=ARCHITECTURE)
@@ -54,7 +55,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.mesh.target_devices = 0  # device count this config is written for (0 = any); checked
 
   c.data = ml_collections.ConfigDict()
-  c.data.source = "world"  # "world" (synthetic, built in-process) | "jsonl" (CaRR records)
+  # "jsonl" (CaRR records) | a task source module making tasks in-process (carr_jax/jobs/tasks.py
+  # task_source): "lab.tasks", the CPU laboratory's synthetic world of the `world` section
+  c.data.source = "lab.tasks"
   c.data.train_path = ""  # CaRR-format jsonl (source=jsonl)
   c.data.eval_path = ""  # held-out jsonl, same format (optional)
   c.data.corpus_path = ""  # offline corpus jsonl for tools.backend=corpus (world: built in)
@@ -62,7 +65,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.group_size = 8  # rollouts per question, G (paper: 8)
   c.data.epochs = 3  # passes over the training questions (paper: 3); bounds num_steps
 
-  c.world = ml_collections.ConfigDict()  # the synthetic world (data.source="world")
+  c.world = ml_collections.ConfigDict()  # the laboratory's synthetic world (lab/tasks.py)
   c.world.seed = 0  # its seed
   c.world.entities = 60  # its size (entities)
   c.world.questions = 40  # synthetic questions (train + eval)
@@ -76,12 +79,14 @@ def get_config() -> ml_collections.ConfigDict:
   # training) questions admitting a shortcut
   c.world.eval_shortcut_fraction = 0.5  # "reference": the same for held-out questions
   c.world.stale_fraction = 0.0  # "reference": share of training shortcut questions whose
-  # glossary page is stale, stating the other kind (world/lookup.py)
+  # glossary page is stale, stating the other kind (lab/world/lookup.py)
   c.world.locality = 0.0  # chance a person studies/works in their birth city (graph.py)
   c.world.distractors = 6  # distractor sentences per synthetic page (0-6)
-  c.world.short_names = False  # one-token names, one-word people (world/graph.py)
+  c.world.short_names = False  # one-token names, one-word people (lab/world/graph.py)
   c.world.prompt = "full"  # "full" | "brief" (2 terse tool schemas, one-line rule) | "answer"
-  c.world.mark_names = False  # other entities' names in **bold**, like links (world/pages.py)
+  c.world.mark_names = False  # other entities' names in **bold**, like links (lab/world/pages.py)
+  c.world.output_vocab_worlds = 0  # model.output_vocab="world": also the ids of the worlds
+  # seeded world.seed+1..+N
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.engine = "jax"  # "jax" (in-process sampler) | "sglang" (HTTP server(s))
@@ -154,19 +159,14 @@ def sft_section() -> ml_collections.ConfigDict:
   """The `sft` section (the SFT job, carr_jax/jobs/sft_train.py), which SFT configs add as
   `c.sft = base.sft_section()`."""
   s = ml_collections.ConfigDict()
-  s.data = "expert"  # comma-separated trajectory JSONL files, or "expert" (synthetic world)
+  # comma-separated trajectory JSONL files, or "expert": the scripted episodes of the in-process
+  # task source (data.source; the laboratory's expert takes its keys from lab.configs.sft_section)
+  s.data = "expert"
   s.epochs = 3  # passes over the examples (paper: 3)
   s.batch_size = 16  # trajectories per optimizer step (paper: 16)
   s.num_steps = 0  # stop after this many steps (0 = all epochs)
   s.min_outcome = 0.0  # keep dumped rollouts whose judge outcome is >= this (0 = all)
   s.default_tools = True  # records without tools get the browser schemas in their prompt
-  s.expert_max_hops = 4  # expert: only questions of at most this many hops (shorter episodes)
-  s.expert_samples = 1  # expert: episodes per question ("guess": each its own option)
-  from carr_jax.world.expert import ExpertConfig, SFT_KEYS
-  # the scripted expert of data="expert", carr_jax/world/expert.py (ExpertConfig, keys
-  # SFT_KEYS): expert_search_results, expert_find, expert_answer, expert_known_fraction,
-  # expert_chain_cite_all, expert_chain_cite_first
-  add_fields(s, ExpertConfig, renamed=SFT_KEYS)
   return s
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job on its CPU default (configs/lab/lookup_cpu.py, the reference world): sets up .venv
+# The main job on its CPU default (lab/configs/lookup_cpu.py, the reference world): sets up .venv
 # if needed, then
 #   1. cold-start SFT of the tiny policy (900 steps, the last 100 decaying the learning rate;
 #      10.5 min on 2 quiet cores) into $workdir/sft: an expert that searches the question's
@@ -18,7 +18,7 @@
 #                      bash scripts/reproduce_shortcuts.sh
 #   CARR_JAX_DEMO_SFT  0 = skip stage 1 and start RL from a random policy (default 1)
 # Extra args go to the RL trainer, e.g. --config.train.num_steps=8.
-# The tool-free kind-question job (3 min) is configs/lab/kinds_cpu.py; its docstring has the commands.
+# The tool-free kind-question job (3 min) is lab/configs/kinds_cpu.py; its docstring has the commands.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
@@ -27,9 +27,9 @@ workdir="$(realpath -m "${CARR_JAX_WORKDIR:-workdir/demo}")"
 seed="${CARR_JAX_SEED:-0}"
 init=()
 if [ "${CARR_JAX_DEMO_SFT:-1}" != 0 ]; then
-  "$venv/bin/python" -m carr_jax.sft --config configs/lab/lookup_cpu.py:sft \
+  "$venv/bin/python" -m carr_jax.sft --config lab/configs/lookup_cpu.py:sft \
     --workdir "$workdir/sft" --config.seed="$seed"
   init=("--config.checkpoint.init_dir=$workdir/sft/checkpoints")
 fi
-exec "$venv/bin/python" -m carr_jax.train --config configs/lab/lookup_cpu.py:main \
+exec "$venv/bin/python" -m carr_jax.train --config lab/configs/lookup_cpu.py:main \
   --workdir "$workdir/rl" --config.seed="$seed" ${init[@]+"${init[@]}"} "$@"

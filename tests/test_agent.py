@@ -20,7 +20,7 @@ import time
 import pytest
 
 from carr_common.vocab import STATUSES, TOOL_NAMES
-from carr_jax.world import build_world
+from lab.world import build_world
 from rollout import chat
 from rollout.agent import RolloutConfig, check_carr_record, rollout_groups, run_episode
 from rollout.engines.base import (QWEN3_VOCAB_SIZE, Engine, GenerationResult,

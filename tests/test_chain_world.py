@@ -1,10 +1,10 @@
-"""Chain questions (carr_jax/world/chain.py, style "chain"): evidence that takes two hops, one
+"""Chain questions (lab/world/chain.py, style "chain"): evidence that takes two hops, one
 rubric per hop, so identification, support and connectivity each decide part of the reward.
 
 Checked against the real tools and the gold judge: the second search term is on the first
 page, never in the question; every term's page ranks first for "glossary <term>"; the splits
 are the reference world's (evidence-only exactly where the shortcut is wrong); the expert's
-cited episode earns rubric 1 and fits the RL limits of configs/lab/chain_cpu.py; a reply citing
+cited episode earns rubric 1 and fits the RL limits of lab/configs/chain_cpu.py; a reply citing
 only the last page earns half, one that never names E1 nothing, and one whose only supported
 rubric does not reach E0 nothing, unless `require_connected` is off (the ablation).
 
@@ -18,12 +18,12 @@ import re
 
 import pytest
 
-from carr_jax.world import build_world, chain, lookup
-from configs.lab import chain_cpu
 from judge import Judge, JudgeConfig
+from lab.configs import chain_cpu
+from lab.probes import kind_probe
+from lab.world import build_world, chain, lookup
 from rollout import chat
 from tests.test_lookup_world import judged_expert_episodes
-from tests.test_reference_world import load_kind_probe
 from tests.test_tokenizer import qwen3_tokenizer
 
 
@@ -86,7 +86,7 @@ def test_rubrics_name_the_hidden_term_and_chain_to_the_answer():
 
 def test_expert_episode_is_full_credit_and_fits_the_rl_limits(world, judged):
   """The searched sample makes 2 searches and earns (1, 1); the tool-free one answers the
-  relation's usual kind. Lengths are checked against configs/lab/chain_cpu.py's limits."""
+  relation's usual kind. Lengths are checked against lab/configs/chain_cpu.py's limits."""
   trajs, scores = judged
   fmt = chat.ChatFormat(qwen3_tokenizer())
   rollout = chain_cpu.get_config("main").rollout
@@ -108,9 +108,9 @@ def test_expert_episode_is_full_credit_and_fits_the_rl_limits(world, judged):
 
 
 def test_the_copy_probe_asks_for_each_search_number(world):
-  """scripts/lab/kind_probe.py on a chain: search 0's rows ask for the question's link digits,
+  """lab/probes/kind_probe.py on a chain: search 0's rows ask for the question's link digits,
   search 1's for the code digits read off the first page, each cut right before its digit."""
-  probe = load_kind_probe()
+  probe = kind_probe
   fmt = chat.ChatFormat(qwen3_tokenizer())
   records = world.eval[:4]
   searched = probe.expert_episodes(fmt, records, world.corpus_backend(), True)

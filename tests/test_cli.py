@@ -18,10 +18,10 @@ from carr_jax import cli, train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENTRY_POINTS = ("carr_jax.train", "carr_jax.sft", "carr_jax.evaluate", "carr_jax.convert",
-                "carr_jax.aot", "carr_jax.expert", "carr_jax.eval_crypto", "judge.server",
+                "carr_jax.aot", "lab.expert", "carr_jax.eval_crypto", "judge.server",
                 "judge.rubric_gen", "judge.testing", "carr_jax.shortcut_report")
-SCRIPTS = ("make_world", "launch_sglang", "fetch_tokenizer", "generate_rubrics", "lab/kind_probe",
-           "lab/search_copy_eval")
+SCRIPTS = ("launch_sglang", "fetch_tokenizer", "generate_rubrics")
+LAB_TOOLS = ("lab.make_world", "lab.probes.kind_probe", "lab.probes.search_copy_eval")
 
 
 def _train_error(capsys, *args: str) -> str:
@@ -36,23 +36,25 @@ def _train_error(capsys, *args: str) -> str:
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["--config", "configs/lab/demo_cpu.py", "--config.rolout.temperature=0.5"],
+    (["--config", "lab/configs/demo_cpu.py", "--config.rolout.temperature=0.5"],
      "unknown config key 'rolout.temperature'; did you mean rollout.temperature?"),
-    (["--config", "configs/lab/demo_cpu.py", "--config.rollout.nope", "1"],
+    (["--config", "lab/configs/demo_cpu.py", "--config.rollout.nope", "1"],
      "unknown config key 'rollout.nope' (valid keys in rollout: concurrency,"),
-    (["--config", "configs/lab/demo_cpu.py", "--config.rollout.temperature=warm"],
+    (["--config", "lab/configs/demo_cpu.py", "--config.rollout.temperature=warm"],
      "config key rollout.temperature: expected a float, got 'warm'"),
-    (["--config", "configs/lab/demo_cpu.py", "--config.rollout.stop_on_ill_formed=maybe"],
+    (["--config", "lab/configs/demo_cpu.py", "--config.rollout.stop_on_ill_formed=maybe"],
      "config key rollout.stop_on_ill_formed: expected true or false, got 'maybe'"),
-    (["--config", "configs/lab/demo_cpu.py", "--config.batch.row_lengths=a,b"],
+    (["--config", "lab/configs/demo_cpu.py", "--config.batch.row_lengths=a,b"],
      "config key batch.row_lengths: expected a tuple of int, got 'a,b'"),
-    (["--config", "configs/lab/demo_cpu.py", "--config.rollout=1"],
+    (["--config", "lab/configs/demo_cpu.py", "--config.rollout=1"],
      "config key rollout is a section; set one of: concurrency,"),
     (["--config", "configs/no_such.py"],
      "config file not found: configs/no_such.py (shipped: configs/{base.py,"),
+    (["--config", "lab/configs/no_such.py"],
+     "config file not found: lab/configs/no_such.py (shipped: lab/configs/{chain_cpu.py,"),
     (["--config", "configs/base.py:tpu"], "configs/base.py has no variants (got ':tpu')"),
-    (["--config", "configs/lab/demo_cpu.py:tpu"],
-     "unknown variant 'tpu' of configs/lab/demo_cpu.py; known: sft"),
+    (["--config", "lab/configs/demo_cpu.py:tpu"],
+     "unknown variant 'tpu' of lab/configs/demo_cpu.py; known: sft"),
     (["--config", "configs/cgrpo_qwen3_4b.py:tpx"],
      "configs/cgrpo_qwen3_4b.py:tpx: config argument must start with tpu, gpu or tiny"),
     (["--config", "configs/cgrpo_qwen3_4b.py:tiny,grop"],
@@ -64,7 +66,7 @@ def test_config_mistakes_are_one_line_with_exit_status_2(capsys, args, expected)
 
 def test_debug_shows_the_traceback_instead():
   with pytest.raises(cli.UsageError, match="did you mean rollout.temperature"):
-    train.main(["--workdir", "x", "--config", "configs/lab/demo_cpu.py", "--debug",
+    train.main(["--workdir", "x", "--config", "lab/configs/demo_cpu.py", "--debug",
                 "--config.rolout.temperature=0.5"])
 
 
@@ -77,17 +79,17 @@ def test_overrides_are_parsed_as_the_keys_types(tmp_path):
   assert config.train.num_steps == 3 and config.batch.row_lengths == (256, 512)
   assert config.judge.model == "m:1" and config.optim.learning_rate == 1.0
   assert isinstance(config.optim.learning_rate, float)
-  assert cli.load_config("configs/lab/demo_cpu.py", ["batch.row_lengths=64,128"]
+  assert cli.load_config("lab/configs/demo_cpu.py", ["batch.row_lengths=64,128"]
                          ).batch.row_lengths == (64, 128)
   copy = tmp_path / "mine.py"  # any path works, not only the shipped configs
-  copy.write_text((REPO / "configs" / "lab" / "demo_cpu.py").read_text())
+  copy.write_text((REPO / "lab" / "configs" / "demo_cpu.py").read_text())
   assert cli.load_config(str(copy)).model.preset == "tiny_dense"
 
 
 def test_a_real_process_prints_one_line_and_exits_2():
   env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
   proc = subprocess.run([sys.executable, "-m", "carr_jax.train", "--config",
-                         "configs/lab/demo_cpu.py", "--workdir", "x", "--config.rolout.temperature",
+                         "lab/configs/demo_cpu.py", "--workdir", "x", "--config.rolout.temperature",
                          "0.5"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 2 and proc.stdout == ""
   assert proc.stderr.strip().splitlines() == [
@@ -98,9 +100,10 @@ def test_a_real_process_prints_one_line_and_exits_2():
 def _parsers():
   for name in ENTRY_POINTS:
     yield name, importlib.import_module(name).parser()
+  yield "lab.make_world", importlib.import_module("lab.make_world").parser()
   sys.path.insert(0, str(REPO / "scripts"))
   try:
-    for name in ("make_world", "launch_sglang"):
+    for name in ("launch_sglang",):
       yield name, importlib.import_module(name).parser()
   finally:
     sys.path.remove(str(REPO / "scripts"))
@@ -120,6 +123,13 @@ def test_every_flag_has_help_and_help_exits_0(capsys):
 def test_scripts_help_exits_0(script, tmp_path):
   proc = subprocess.run([sys.executable, str(REPO / "scripts" / f"{script}.py"), "--help"],
                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0 and proc.stdout.startswith("usage:"), proc.stderr[-500:]
+
+
+@pytest.mark.parametrize("module", LAB_TOOLS)
+def test_lab_tools_help_exits_0(module):
+  proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True,
+                        text=True, timeout=120)
   assert proc.returncode == 0 and proc.stdout.startswith("usage:"), proc.stderr[-500:]
 
 

@@ -1,5 +1,5 @@
-"""One default per config key, written once: in configs/base.py, or in the dataclass field
-whose key base.py adds from it (`add_fields`).
+"""One default per config key, written once: in configs/base.py (the laboratory's expert keys:
+lab/configs/__init__.py), or in the dataclass field whose key they add from it (`add_fields`).
 
 carr_jax.jobs.components builds each dataclass config from one section (`from_section`).
 These tests fail when a field has no key (and its builder does not compute it), when a key of
@@ -16,17 +16,19 @@ import re
 import pytest
 
 from carr_common import dotted
+from carr_common.sections import from_section
 from carr_jax import cli
 from carr_jax.coldstart.step import SFTStepConfig
-from carr_common.sections import from_section
-from carr_jax.jobs import components, tasks
+from carr_jax.jobs import components
 from carr_jax.model.config import Qwen3Config
 from carr_jax.rl import loss, packing, rewards
 from carr_jax.rl import train_step as ts
-from carr_jax.world import expert
-from carr_jax.world.expert import ExpertConfig
 from configs import base
 from judge.config import JudgeConfig
+from lab import configs as lab_configs
+from lab import tasks as lab_tasks
+from lab.world import expert
+from lab.world.expert import ExpertConfig
 from rollout.agent import RolloutConfig
 from rollout.tools.web import WebConfig
 
@@ -50,7 +52,6 @@ BUILT = [
 READ_ELSEWHERE = {
     "model.preset": "components.model_config", "model.hf_path": "components.model_config",
     "model.output_vocab": "components.output_vocab",
-    "model.output_vocab_worlds": "components.output_vocab",
     "loss.old_logprobs": "components.step_config (StepConfig.on_policy), carr_jax.jobs.rl_train",
     "batch.loss_positions_multiple": "components.step_config, the RL and SFT jobs",
     "reward.shortcut_threshold": "carr_jax.jobs.rl_train (shortcut metrics)",
@@ -60,14 +61,14 @@ READ_ELSEWHERE = {
     "rollout.dump_trajectories": "carr_jax.jobs.rl_train",
     "tools.backend": "components.tool_backend", "judge.cache_path": "components.judge_config",
     **{f"sft.{k}": "carr_jax.jobs.sft_train" for k in (
-        "data", "epochs", "batch_size", "num_steps", "min_outcome", "default_tools",
-        "expert_max_hops", "expert_samples")},
+        "data", "epochs", "batch_size", "num_steps", "min_outcome", "default_tools")},
+    "sft.expert_max_hops": "lab.tasks", "sft.expert_samples": "lab.tasks",
 }
 
 
 def full_config():
   c = base.get_config()
-  c.sft = base.sft_section()
+  c.sft = lab_configs.sft_section()
   return c
 
 
@@ -128,12 +129,14 @@ def test_dataclass_defaults_equal_base():
   assert not disagree, disagree
 
 
+SOURCES = (pathlib.Path(base.__file__), pathlib.Path(lab_configs.__file__))  # the keys' writers
+
+
 def _written_in_base() -> set[str]:
-  """The keys configs/base.py assigns a literal to: `c.<section>.<key> = ...` and, in
-  sft_section, `s.<key> = ...`."""
-  tree = ast.parse((pathlib.Path(base.__file__)).read_text())
+  """The keys configs/base.py and lab/configs/__init__.py assign a literal to:
+  `c.<section>.<key> = ...` and, in the sft sections, `s.<key> = ...`."""
   written = set()
-  for node in ast.walk(tree):
+  for node in (n for path in SOURCES for n in ast.walk(ast.parse(path.read_text()))):
     for target in getattr(node, "targets", []):
       if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute) \
           and isinstance(target.value.value, ast.Name) and target.value.value.id == "c":
@@ -158,10 +161,10 @@ def test_a_key_a_dataclass_gives_is_not_written_again_in_base():
 def test_base_names_beside_each_add_fields_the_keys_it_adds():
   """The comment above each `add_fields(c.<section>, ...)` (or `add_fields(s, ...)`) lists the
   keys the dataclasses give that section, so a key is found in base.py by its name."""
-  lines = pathlib.Path(base.__file__).read_text().splitlines()
+  lines = [line for path in SOURCES for line in path.read_text().splitlines()]
   listed: dict[str, set[str]] = collections.defaultdict(set)
   for i, line in enumerate(lines):
-    call = re.match(r"\s*add_fields\((?:c\.(\w+)|s),", line)
+    call = re.match(r"\s*(?:base\.)?add_fields\((?:c\.(\w+)|s),", line)
     if not call:
       continue
     k, comment = i - 1, []
@@ -187,7 +190,7 @@ def test_from_section_names_a_missing_key_and_refuses_an_unknown_field():
 
 
 def test_command_line_overrides_reach_the_dataclasses(tmp_path):
-  config = cli.load_config("configs/lab/demo_cpu.py", [
+  config = cli.load_config("lab/configs/demo_cpu.py", [
       "judge.max_citations=3", "judge.temperature=0.6", "reward.std_ddof=0",
       "optim.eps=1e-6", "rollout.tool_timeout_s=5", "rollout.system_prompt=Be brief.",
       "loss.log_ratio_clamp=10", "batch.coarse_rows=false", "tools.max_redirects=2"])
@@ -206,8 +209,9 @@ def test_command_line_overrides_reach_the_dataclasses(tmp_path):
 
 
 def test_every_world_key_builds_the_world():
-  """The `world` section is the synthetic world's settings, all read where the jobs build it
-  (carr_jax.jobs.tasks.world_tasks, the one seam)."""
+  """The `world` section is the synthetic world's settings, all read where the laboratory's
+  task source builds it (lab.tasks.world_tasks) but output_vocab_worlds, which its output_ids
+  reads (the output vocabulary of the worlds seeded after it)."""
   class Reads:
     def __init__(self, section):
       self.section, self.keys = section, set()
@@ -218,5 +222,5 @@ def test_every_world_key_builds_the_world():
 
   world = base.get_config().world
   reads = Reads(world)
-  train, evals, corpus = tasks.world_tasks(reads)
-  assert reads.keys == set(world.keys()) and train and evals and corpus
+  train, evals, corpus = lab_tasks.world_tasks(reads)
+  assert reads.keys == set(world.keys()) - {"output_vocab_worlds"} and train and evals and corpus

@@ -16,18 +16,18 @@ from carr_jax.jobs import components
 from carr_jax.model import qwen3 as model_lib
 from carr_jax.model import sharding
 
-CONFIGS = [("base", None)] + [
-    (f"lab.{name}", arg) for name, args in (
+CONFIGS = [("configs.base", None)] + [
+    (f"lab.configs.{name}", arg) for name, args in (
         ("demo_cpu", (None, "sft")), ("named_cpu", (None, "sft", "copy")), ("kinds_cpu", (None,)),
         ("lookup_cpu", (None, "sft", "main", "stale")), ("chain_cpu", (None, "sft", "main")))
     for arg in args] + [
-    (name, arg) for name in ("cgrpo_qwen3_4b", "cgrpo_qwen3_30b_a3b")
+    (f"configs.{name}", arg) for name in ("cgrpo_qwen3_4b", "cgrpo_qwen3_30b_a3b")
     for arg in ("tpu", "gpu", "tiny", "tpu,grpo")] + [
-    ("cgrpo_qwen3_4b", arg) for arg in ("tpu,sft", "gpu,sft", "tiny,sft")]
+    ("configs.cgrpo_qwen3_4b", arg) for arg in ("tpu,sft", "gpu,sft", "tiny,sft")]
 
 
 def load(name, arg):
-  module = importlib.import_module(f"configs.{name}")
+  module = importlib.import_module(name)
   config = module.get_config(arg) if arg is not None else module.get_config()
   config.lock()
   return config
@@ -49,12 +49,12 @@ def test_config_resolves_and_shards(name, arg):
   components.packing_config(config, mesh, cfg.vocab_size)  # episodes fit the longest row
   rows = sizes["data"] * sizes["fsdp"] * sizes["expert"] * config.batch.micro_batches
   trajectories = config.data.prompts_per_step * config.data.group_size
-  assert trajectories >= rows or name in ("base", "lab.demo_cpu") or arg == "tiny", (
+  assert trajectories >= rows or name in ("configs.base", "lab.configs.demo_cpu") or arg == "tiny", (
       "fewer trajectories per step than batch shards: devices would idle")
 
 
 def test_an_episode_longer_than_the_longest_row_fails_at_start_unless_cut_on_purpose():
-  from configs.lab import lookup_cpu
+  from lab.configs import lookup_cpu
   mesh = AbstractMesh(tuple(1 for _ in sharding.AXES), sharding.AXES)
   config = lookup_cpu.get_config()
   config.rollout.max_context_tokens = max(config.batch.row_lengths) + 1
@@ -66,7 +66,7 @@ def test_an_episode_longer_than_the_longest_row_fails_at_start_unless_cut_on_pur
 
 
 def test_paper_values_in_4b_config():
-  c = load("cgrpo_qwen3_4b", "tpu")
+  c = load("configs.cgrpo_qwen3_4b", "tpu")
   assert (c.optim.learning_rate, c.optim.b1, c.optim.b2, c.optim.weight_decay) == (
       2e-6, 0.9, 0.98, 0.1)
   assert (c.loss.eps_low, c.loss.eps_high, c.loss.kl_coef) == (0.2, 0.28, 0.0)
@@ -74,27 +74,27 @@ def test_paper_values_in_4b_config():
   assert c.rollout.max_context_tokens == 65536 and c.rollout.max_tool_calls == 100
   params = model_lib.abstract_params(components.model_config(c))
   assert abs(sum(math.prod(x.shape) for x in jax.tree.leaves(params)) - 4.02e9) < 0.02e9
-  assert load("cgrpo_qwen3_4b", "tpu,grpo").reward.mode == "grpo"
+  assert load("configs.cgrpo_qwen3_4b", "tpu,grpo").reward.mode == "grpo"
 
 
 def test_locked_config_rejects_unknown_keys_and_bad_variants():
-  c = load("lab.demo_cpu", None)
+  c = load("lab.configs.demo_cpu", None)
   with pytest.raises(AttributeError):
     c.rollout.temprature = 0.5  # typo
   with pytest.raises(ValueError, match="tpu, gpu or tiny"):
-    load("cgrpo_qwen3_4b", "cpu")
+    load("configs.cgrpo_qwen3_4b", "cpu")
   with pytest.raises(ValueError, match="unknown config variant"):
-    load("cgrpo_qwen3_4b", "tpu,ppo")
+    load("configs.cgrpo_qwen3_4b", "tpu,ppo")
 
 
 def test_mesh_target_devices_is_checked():
-  c = load("cgrpo_qwen3_4b", "tpu")
+  c = load("configs.cgrpo_qwen3_4b", "tpu")
   with pytest.raises(ValueError, match="written for 64 devices"):
     sharding.mesh_from_config(c.mesh)
 
 
 def test_sglang_engine_takes_its_limits_from_the_rollout_section():
-  c = load("cgrpo_qwen3_4b", "tpu")
+  c = load("configs.cgrpo_qwen3_4b", "tpu")
   with c.unlocked():
     c.rollout.engine = "sglang"
     c.rollout.sglang_urls = "http://127.0.0.1:30000, http://127.0.0.1:30001/"

@@ -26,8 +26,8 @@ from carr_jax.evaluation import report as eval_report
 from carr_jax.evaluation.store import RESULTS, TRAJECTORIES
 from carr_jax.jobs import evaluate as ev
 from carr_jax.rl import step_stats
-from carr_jax.world import build_world
 from judge import Judge, JudgeConfig
+from lab.world import build_world
 from rollout import chat
 from rollout.agent import RolloutConfig
 from rollout.engines.base import QWEN3_VOCAB_SIZE, Engine, GenerationResult, validate_token_ids
@@ -373,7 +373,7 @@ def test_decrypt_cli_reads_the_password_from_the_environment_only(tmp_path):
 def test_a_checkpoint_cannot_be_given_to_an_sglang_evaluation(tmp_path):
   """The server samples from the weights it was launched with: a --checkpoint would be
   silently ignored, so it is an error (before any work)."""
-  from configs.lab import demo_cpu
+  from lab.configs import demo_cpu
   config = demo_cpu.get_config()
   config.rollout.engine = "sglang"
   opts = ev.EvalOptions(data="world:eval", checkpoint=str(tmp_path / "ckpt"),

@@ -1,6 +1,6 @@
 """C-GRPO's update makes citing the received page likelier; GRPO's does not (slow suite).
 
-Through the real parts: expert episodes on reference questions (configs/lab/lookup_cpu.py's world,
+Through the real parts: expert episodes on reference questions (lab/configs/lookup_cpu.py's world,
 the Qwen3 tokenizer and chat template, the browser tools over the world's BM25 corpus), the
 gold judge, `rewards.compute_group_advantages` in each mode, packing and the jitted sharded
 train step of a tiny random Qwen3 (the real AdamW, weight decay 0 as in the config). Each group
@@ -29,7 +29,7 @@ from carr_jax.model.config import get_preset
 from carr_jax.rl import loss as loss_lib
 from carr_jax.rl import packing, rewards
 from carr_jax.rl import train_step as ts
-from carr_jax.world import build_world
+from lab.world import build_world
 from tests.test_lookup_world import judged_expert_episodes
 
 CFG = get_preset("tiny_dense")

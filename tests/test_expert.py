@@ -1,4 +1,4 @@
-"""The scripted expert (carr_jax/world/expert.py) on the synthetic world, judged by the gold judge.
+"""The scripted expert (lab/world/expert.py) on the synthetic world, judged by the gold judge.
 
   .venv/bin/python -m pytest tests/test_expert.py -q
 
@@ -16,9 +16,9 @@ import re
 import pytest
 
 from carr_jax.coldstart import examples as sft_data
-from carr_jax.world import build_world
-from carr_jax.world.expert import ExpertConfig, ExpertError, expert_episode, expert_trajectories
 from judge import Judge, JudgeConfig
+from lab.world import build_world
+from lab.world.expert import ExpertConfig, ExpertError, expert_episode, expert_trajectories
 from rollout import chat
 from rollout.trajectory import check_record
 from tests.test_tokenizer import qwen3_tokenizer
@@ -142,7 +142,7 @@ def test_expert_without_find_and_errors(world, fmt):
 
 
 def test_search_examples_are_each_search_turn_in_a_short_context(tmp_path, fmt):
-  from carr_jax.world.expert import search_examples
+  from lab.world.expert import search_examples
   named = build_world(5, 100, 12, style="named", min_hops=1, max_hops=2, locality=0.8,
                       distractors=0, short_names=True, prompt="brief", mark_names=True)
   record = named.train[0]

@@ -1,4 +1,4 @@
-"""Kind questions (carr_jax/world/named.py), the tool-free "answer" prompt, the guessing expert.
+"""Kind questions (lab/world/named.py), the tool-free "answer" prompt, the guessing expert.
 
 Checked against the graph, not the generator: each answer is the type of the questioned
 relation's object, both answers come in equal numbers in each split, a reply naming the type
@@ -15,10 +15,10 @@ import re
 
 import pytest
 
-from carr_jax.world import build_world, named
-from carr_jax.world import ontology as on
-from carr_jax.world.expert import ExpertConfig, expert_trajectories
 from judge import Judge, JudgeConfig
+from lab.world import build_world, named
+from lab.world import ontology as on
+from lab.world.expert import ExpertConfig, expert_trajectories
 from rollout import chat
 from rollout.agent import RolloutConfig, initial_messages
 from tests.test_tokenizer import qwen3_tokenizer
@@ -96,7 +96,7 @@ def test_noisy_expert_answers_known_questions_right_in_every_sample(world):
 
 
 def test_noisy_expert_refuses_a_label_outside_the_options():
-  from carr_jax.world.expert import ExpertError, guess_answer
+  from lab.world.expert import ExpertError, guess_answer
   gold = {"options": ["city", "organization"]}
   with pytest.raises(ExpertError, match="not one of its options"):
     guess_answer(gold, "q-1", 0, "person", known_fraction=1.0)

@@ -1,6 +1,6 @@
-"""The real trainer learns: the tool-free kind-question job (configs/lab/kinds_cpu.py) raises
+"""The real trainer learns: the tool-free kind-question job (lab/configs/kinds_cpu.py) raises
 held-out accuracy with C-GRPO, seeded, through the real CLIs, in ~3 minutes (the main job,
-configs/lab/lookup_cpu.py with the browser tools, takes ~20 and is measured over seeds in
+lab/configs/lookup_cpu.py with the browser tools, takes ~20 and is measured over seeds in
 docs/results.md).
 
 SFT imitates a clean expert, then a noisy one (right on 3/4 of its replies), then C-GRPO runs
@@ -47,11 +47,11 @@ def _events(tb_dir: str):
 @pytest.mark.timeout(900)
 def test_main_job_raises_heldout_accuracy_and_mixed_reward(tmp_path):
   tok = f"--config.rollout.tokenizer_dir={qwen3_tokenizer_dir()}"
-  _run("carr_jax.sft", f"--config={REPO}/configs/lab/kinds_cpu.py:sft", tok,
+  _run("carr_jax.sft", f"--config={REPO}/lab/configs/kinds_cpu.py:sft", tok,
        f"--workdir={tmp_path}/sft")
-  _run("carr_jax.sft", f"--config={REPO}/configs/lab/kinds_cpu.py:sft_noisy", tok,
+  _run("carr_jax.sft", f"--config={REPO}/lab/configs/kinds_cpu.py:sft_noisy", tok,
        f"--workdir={tmp_path}/noisy", f"--config.checkpoint.init_dir={tmp_path}/sft/checkpoints")
-  out = _run("carr_jax.train", f"--config={REPO}/configs/lab/kinds_cpu.py", tok,
+  out = _run("carr_jax.train", f"--config={REPO}/lab/configs/kinds_cpu.py", tok,
              f"--workdir={tmp_path}/rl",
              f"--config.checkpoint.init_dir={tmp_path}/noisy/checkpoints")
   print(out[-1500:])

@@ -1,4 +1,4 @@
-"""Lookup questions (carr_jax/world/lookup.py), the "lookup" expert and the shortcut measure.
+"""Lookup questions (lab/world/lookup.py), the "lookup" expert and the shortcut measure.
 
 Checked against the graph and the real tools, not the generator: every answer is the type of
 the questioned relation's object; coded questions are about people only, each with its own
@@ -18,10 +18,10 @@ import re
 import pytest
 
 from carr_jax.evaluation import heldout
-from carr_jax.world import build_world, lookup, named
-from carr_jax.world import ontology as on
-from carr_jax.world.expert import ExpertConfig, ExpertError, expert_trajectories
 from judge import Judge, JudgeConfig
+from lab.world import build_world, lookup, named
+from lab.world import ontology as on
+from lab.world.expert import ExpertConfig, ExpertError, expert_trajectories
 from rollout import chat
 from tests.test_tokenizer import qwen3_tokenizer
 

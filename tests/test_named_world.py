@@ -1,4 +1,4 @@
-"""Named-head questions (carr_jax/world/named.py), the brief expert answer, held-out scoring.
+"""Named-head questions (lab/world/named.py), the brief expert answer, held-out scoring.
 
 Checked independently of the generator: each hop's relation has exactly one object in the
 graph (so the answer is unique), the shortcut flag says whether the answer is named on an
@@ -17,10 +17,10 @@ import pytest
 
 from carr_jax.evaluation import heldout
 from carr_jax.evaluation.evidence_plot import evidence_graph
-from carr_jax.world import build_world
-from carr_jax.world.expert import ExpertConfig, expert_trajectories
 from judge import Judge, JudgeConfig
 from judge.breakdown import Breakdown
+from lab.world import build_world
+from lab.world.expert import ExpertConfig, expert_trajectories
 from rollout import chat
 from tests.test_tokenizer import qwen3_tokenizer
 
@@ -123,7 +123,7 @@ def test_evidence_graph_is_drawn_even_without_scored_rubrics():
 
 
 def test_short_names_are_one_token_with_and_without_a_leading_space():
-  from carr_jax.world.graph import SHORT_NAMES
+  from lab.world.graph import SHORT_NAMES
   tok = qwen3_tokenizer()
   assert len(set(SHORT_NAMES)) == len(SHORT_NAMES) >= 150
   for name in SHORT_NAMES:
@@ -131,8 +131,8 @@ def test_short_names_are_one_token_with_and_without_a_leading_space():
 
 
 def test_short_names_brief_prompt_world_is_solved_by_the_expert_with_a_shorter_prompt():
-  from carr_jax.world import ontology as on
-  from carr_jax.world.graph import SHORT_NAMES
+  from lab.world import ontology as on
+  from lab.world.graph import SHORT_NAMES
   kwargs = dict(style="named", min_hops=1, max_hops=2, locality=0.8, shortcut_fraction=0.5,
                 distractors=0)
   short = build_world(3, 100, 40, short_names=True, prompt="brief", **kwargs)

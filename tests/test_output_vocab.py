@@ -1,5 +1,5 @@
 """Restricted output vocabulary (carr_jax/model/restricted_vocab.py; the world's ids:
-carr_jax/world/output_vocab.py).
+lab/world/output_vocab.py).
 
   .venv/bin/python -m pytest tests/test_output_vocab.py -q
 
@@ -29,7 +29,7 @@ from carr_jax.model.config import Qwen3Config, get_preset
 from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.rl import packing
 from carr_jax.rl import train_step as ts
-from carr_jax.world import output_vocab
+from lab.world import output_vocab
 from tests.test_decode import tiny_setup
 
 VOCAB = 512
@@ -247,8 +247,8 @@ def fmt():
 
 
 def test_world_output_ids_cover_the_expert_and_are_small(fmt):
-  from carr_jax.world.expert import ExpertConfig, expert_trajectories
-  from carr_jax.world import build_world
+  from lab.world.expert import ExpertConfig, expert_trajectories
+  from lab.world import build_world
   from rollout import chat
   world = build_world(seed=0, num_entities=40, num_questions=8)
   corpus = world.corpus()
@@ -275,8 +275,22 @@ def test_world_output_ids_cover_the_expert_and_are_small(fmt):
   assert all(set(fmt.encode(chr(c))) <= set(ids) for c in range(32, 127))
 
 
+def test_the_task_source_adds_the_ids_of_the_worlds_seeded_after_it(fmt):
+  from configs import base
+  from lab import tasks as lab_tasks
+  c = base.get_config()
+  c.world.entities, c.world.questions = 20, 4
+  alone = set(lab_tasks.output_ids(c, fmt))
+  c.world.output_vocab_worlds = 1
+  both = set(lab_tasks.output_ids(c, fmt))
+  c.world.seed += 1
+  c.world.output_vocab_worlds = 0
+  after = set(lab_tasks.output_ids(c, fmt))
+  assert both == alone | after and both > alone  # the next world's names add ids
+
+
 def test_components_build_world_ids_for_the_jax_engine_only():
-  from configs.lab import demo_cpu
+  from lab.configs import demo_cpu
   from tests.test_tokenizer import qwen3_tokenizer_dir
   c = demo_cpu.get_config()
   c.rollout.tokenizer_dir = str(qwen3_tokenizer_dir())

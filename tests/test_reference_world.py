@@ -1,4 +1,4 @@
-"""Reference questions (carr_jax/world/lookup.py, style "reference"): the world in which only
+"""Reference questions (lab/world/lookup.py, style "reference"): the world in which only
 cited evidence buys accuracy.
 
 Checked against the graph's relations, the glossary pages and the real tools, not the
@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import importlib.util
-import pathlib
 import re
 
 import pytest
 
 from carr_jax.evaluation import heldout
-from carr_jax.world import build_world, lookup, named
-from carr_jax.world import ontology as on
 from judge import Judge, JudgeConfig
+from lab.probes import kind_probe
+from lab.world import build_world, lookup, named
+from lab.world import ontology as on
 from rollout import chat
 from tests.test_lookup_world import judged_expert_episodes
 from tests.test_tokenizer import qwen3_tokenizer
@@ -197,19 +196,10 @@ def test_reference_world_refuses_odd_splits():
                 distractors=0)  # 39 held out
 
 
-def load_kind_probe():
-  """scripts/lab/kind_probe.py as a module."""
-  spec = importlib.util.spec_from_file_location(
-      "kind_probe", pathlib.Path(__file__).parent.parent / "scripts" / "lab" / "kind_probe.py")
-  probe = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(probe)
-  return probe
-
-
 def test_the_copy_probe_asks_for_the_link_digits_in_order(world):
-  """scripts/lab/kind_probe.py's query-copy rows: the searched expert episode cut before each
+  """lab/probes/kind_probe.py's query-copy rows: the searched expert episode cut before each
   digit of the link in its query, that digit the target."""
-  probe = load_kind_probe()
+  probe = kind_probe
   fmt = chat.ChatFormat(qwen3_tokenizer())
   records = world.eval[:6]
   searched = probe.expert_episodes(fmt, records, world.corpus_backend(), True)

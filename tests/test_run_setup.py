@@ -1,7 +1,7 @@
 """SFT and RL keep their books alike (carr_jax/jobs/run_setup.py): the same checkpoint meta, with
 secrets in the config redacted, and the same metric names.
 
-One SFT run (tests/test_sft.py's tiny conversations) and one RL step (configs/lab/demo_cpu.py
+One SFT run (tests/test_sft.py's tiny conversations) and one RL step (lab/configs/demo_cpu.py
 shrunk as in tests/test_trainer.py) each get a judge API key in their config and a secret's
 value under an innocent key; neither value may appear in any file of either run directory
 (checkpoints, TensorBoard), and both checkpoints' meta is {config: the redacted config,
@@ -21,7 +21,7 @@ from carr_jax.jobs import run_setup
 from carr_jax.jobs import sft_train
 from carr_jax.runs import checkpointing as ckpt_lib
 from carr_jax.runs import metrics as metrics_lib
-from configs.lab import demo_cpu
+from lab.configs import demo_cpu
 from tests.test_sft import conversations, demo_config
 
 API_KEY = "sk-carr-test-0123456789abcdef"  # under judge.api_key: masked by its name

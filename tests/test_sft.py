@@ -25,7 +25,7 @@ from carr_jax.model import qwen3 as model_lib
 from carr_jax.model import sharding
 from carr_jax.model.config import get_preset
 from carr_jax.rl import train_step as ts
-from configs.lab import demo_cpu
+from lab.configs import demo_cpu
 from rollout import chat
 from rollout.tools.schemas import tool_schemas
 from tests.test_expert import template_assistant_mask
@@ -131,7 +131,7 @@ def test_rollout_records_are_used_as_is_and_filtered(fmt, tmp_path):
 
 
 def test_a_stage_that_names_no_data_says_so(fmt, tmp_path):
-  from configs.lab import named_cpu
+  from lab.configs import named_cpu
   config = named_cpu.get_config("copy")  # its data is the warm-up file the user makes
   with pytest.raises(sft_data.SFTDataError, match=r"sft.data is empty.*--config.sft.data"):
     sft_train.sft_examples(config, fmt, str(tmp_path))
@@ -207,8 +207,8 @@ def test_sft_loss_is_cross_entropy_on_assistant_tokens_and_micro_batch_invariant
 def test_loss_falls_on_expert_trajectories_also_on_held_out_ones(fmt):
   """The scripted expert's episodes (first 1,024 tokens: prompt and the first tool turns):
   training on two of them lowers the loss on two others, as the format is shared."""
-  from carr_jax.world.expert import ExpertConfig, expert_trajectories
-  from carr_jax.world import build_world
+  from lab.world.expert import ExpertConfig, expert_trajectories
+  from lab.world import build_world
   world = build_world(0, 60, 12)
   trajs = asyncio.run(expert_trajectories(world.train[:4], world.corpus_backend(), fmt,
                                           ExpertConfig(search_results=1, use_find=False)))
@@ -293,14 +293,14 @@ def test_sft_loop_writes_metrics_and_checkpoints_and_resumes(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(3000)  # SFT + evaluation + one RL step: 12 min on 2 quiet cores
 def test_sft_then_evaluate_cli_tool_calls_well_formed(tmp_path):
-  """Acceptance: SFT on the expert's episodes of the named-head world (configs/lab/named_cpu.py:sft),
+  """Acceptance: SFT on the expert's episodes of the named-head world (lab/configs/named_cpu.py:sft),
   then `carr_jax.evaluate` on the held-out split: well-formed tool calls in at least half of
   the policy's turns (greedy decoding; measured 0.80 on 50 questions). Then one C-GRPO step
-  from that policy (configs/lab/named_cpu.py) samples tool calls, which the random policy never
+  from that policy (lab/configs/named_cpu.py) samples tool calls, which the random policy never
   does."""
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
   env["PYTHONPATH"] = REPO
-  common = [f"--config={REPO}/configs/lab/named_cpu.py:sft",
+  common = [f"--config={REPO}/lab/configs/named_cpu.py:sft",
             f"--config.rollout.tokenizer_dir={qwen3_tokenizer_dir()}"]
   subprocess.run([sys.executable, "-m", "carr_jax.sft", *common, f"--workdir={tmp_path}/sft"],
                  env=env, check=True, timeout=1500)
@@ -310,7 +310,7 @@ def test_sft_then_evaluate_cli_tool_calls_well_formed(tmp_path):
   summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
   print(json.dumps(summary, indent=1))
   assert summary["well_formed_tool_call_rate"] >= 0.5, summary
-  subprocess.run([sys.executable, "-m", "carr_jax.train", f"--config={REPO}/configs/lab/named_cpu.py",
+  subprocess.run([sys.executable, "-m", "carr_jax.train", f"--config={REPO}/lab/configs/named_cpu.py",
                   common[1], f"--workdir={tmp_path}/rl", "--config.train.num_steps=1",
                   "--config.train.eval_every=0",
                   f"--config.checkpoint.init_dir={tmp_path}/sft/checkpoints"],

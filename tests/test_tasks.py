@@ -1,10 +1,12 @@
-"""CaRR-format task files (carr_jax/jobs/tasks.py): errors name the file and the true line
-number, blank lines counted; evaluation ids default to the line number."""
+"""Task loading (carr_jax/jobs/tasks.py): CaRR-format files, whose errors name the file and the
+true line number, blank lines counted, evaluation ids defaulting to the line number; and the
+in-process task source named by `data.source`."""
 import json
 
 import pytest
 
 from carr_jax.jobs import evaluate, tasks
+from configs import base
 
 
 def record(label="Paris"):
@@ -38,3 +40,32 @@ def test_eval_ids_default_to_the_line_number(tmp_path):
   path = write(tmp_path / "bench.jsonl", [json.dumps(record()), "", json.dumps(record("Rome"))])
   assert [r["id"] for r in evaluate.load_eval_records(str(path))] == ["bench-00001",
                                                                       "bench-00003"]
+
+
+def test_data_source_names_the_module_whose_tasks_load():
+  config = base.get_config()
+  config.world.entities, config.world.questions = 20, 8
+  from lab import tasks as lab_tasks
+  assert tasks.task_source(config.data) is lab_tasks
+  assert tasks.load_tasks(config) == lab_tasks.world_tasks(config.world)
+  config.data.source = "lab.no_such_source"
+  with pytest.raises(tasks.DataError, match="data.source must be 'jsonl' or an importable task "
+                     "source module, got 'lab.no_such_source'"):
+    tasks.load_tasks(config)
+
+
+def test_the_expert_takes_the_keys_a_section_has_and_defaults_for_the_rest():
+  """configs/base.py's `sft` section has none of the laboratory expert's keys (the paper's
+  tiny cold start runs on it): lab.tasks fills them with lab.configs.sft_section's defaults."""
+  from lab import configs as lab_configs
+  from lab import tasks as lab_tasks
+  from lab.world.expert import ExpertConfig
+  plain = base.sft_section()
+  plain.batch_size = 3
+  assert "expert_answer" not in plain
+  filled = lab_tasks.expert_keys(plain)
+  assert (filled.expert_answer, filled.expert_samples) == (ExpertConfig.answer, 1)
+  assert filled.batch_size == 3
+  own = lab_configs.sft_section()
+  own.expert_answer = "brief"
+  assert lab_tasks.expert_keys(own).expert_answer == "brief"

@@ -31,7 +31,7 @@ OVERRIDES = [
 
 
 def train_cmd(workdir, extra=()):
-  return [sys.executable, "-m", "carr_jax.train", "--config", "configs/lab/demo_cpu.py",
+  return [sys.executable, "-m", "carr_jax.train", "--config", "lab/configs/demo_cpu.py",
           "--workdir", str(workdir), *OVERRIDES, *extra]
 
 

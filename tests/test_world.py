@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from carr_jax.world import RESPONSE_FORMAT_SUFFIX, build_world, write_world
-from carr_jax.world.ontology import ATTRS
-from carr_jax.world.questions import SHORTCUT_MAX_CANDIDATES
+from lab.world import RESPONSE_FORMAT_SUFFIX, build_world, write_world
+from lab.world.ontology import ATTRS
+from lab.world.questions import SHORTCUT_MAX_CANDIDATES
 from rollout.tools import BrowserSession, tool_schemas
 
 SEED, ENTITIES, QUESTIONS = 7, 240, 60
@@ -172,9 +172,9 @@ def test_gold_pages_are_reachable_through_the_tools(world):
 
 def test_make_world_script_matches_library(tmp_path, world):
   out = tmp_path / "w"
-  subprocess.run([sys.executable, str(REPO / "scripts/make_world.py"), "--seed", str(SEED),
+  subprocess.run([sys.executable, "-m", "lab.make_world", "--seed", str(SEED),
                   "--num-questions", str(QUESTIONS), "--num-entities", str(ENTITIES),
-                  "--out", str(out)], check=True, capture_output=True, timeout=120)
+                  "--out", str(out)], cwd=REPO, check=True, capture_output=True, timeout=120)
   lines = lambda name: [json.loads(l) for l in (out / name).read_text().splitlines()]  # noqa
   assert lines("train.jsonl") == world.train and lines("eval.jsonl") == world.eval
   assert lines("corpus.jsonl") == world.corpus()

@@ -16,7 +16,7 @@ With several user questions the template would drop the reasoning of turns befor
 one; here every turn is kept, because that is the context the agent loop shows the policy.
 
 Accepted JSONL lines (`load_examples`), checked in this order:
-  1. a trajectory record with `token_ids` and `loss_mask` (our rollouts, `carr_jax.world.expert`):
+  1. a trajectory record with `token_ids` and `loss_mask` (our rollouts, `lab.world.expert`):
      used as is. `status` other than "completed" is skipped, and with `min_outcome` > 0 so is
      a record whose `judge.outcome_reward` is lower (rejection sampling on dumped rollouts).
   2. `history` (the judge's format: tool_calls with JSON-string arguments, tool messages with

@@ -43,7 +43,7 @@ def model_config(config: Any) -> Qwen3Config:
 
 def output_vocab(config: Any) -> RestrictedVocab | None:
   """`model.output_vocab` -> the run's restricted output vocabulary (None = full): "world",
-  the token ids the synthetic world can need (`tasks.world_output_ids`)."""
+  the token ids the in-process task source's tasks can need (its `output_ids`)."""
   vocab = config.model.output_vocab
   if vocab == "full":
     return None
@@ -52,12 +52,12 @@ def output_vocab(config: Any) -> RestrictedVocab | None:
   if config.rollout.engine != "jax":
     raise ValueError(f"model.output_vocab={vocab!r} needs rollout.engine='jax' (SGLang samples "
                      "from the full vocabulary)")
-  if config.data.source != "world":
-    raise ValueError(f"model.output_vocab={vocab!r} needs data.source='world'")
+  if config.data.source == "jsonl":
+    raise ValueError(f"model.output_vocab={vocab!r} needs an in-process data.source, not jsonl")
   from carr_jax.jobs import tasks as data_lib
   from rollout.chat import ChatFormat
-  return RestrictedVocab(data_lib.world_output_ids(  # the same ids for SFT and RL
-      config.world, config.model.output_vocab_worlds, ChatFormat(tokenizer(config))))
+  source = data_lib.task_source(config.data)  # the same ids for SFT and RL
+  return RestrictedVocab(source.output_ids(config, ChatFormat(tokenizer(config))))
 
 
 def optim_config(config: Any) -> ts.OptimConfig:

@@ -2,7 +2,7 @@
 
     python -m carr_jax.evaluate --config configs/cgrpo_qwen3_4b.py:tpu \\
         --data browsecomp.jsonl --checkpoint /ckpt/run/checkpoints --out /eval/bc --samples 1
-    python -m carr_jax.evaluate --config configs/lab/demo_cpu.py:sft --data world:eval \\
+    python -m carr_jax.evaluate --config lab/configs/demo_cpu.py:sft --data world:eval \\
         --checkpoint workdir/sft/checkpoints --out workdir/eval --config.rollout.temperature=0
     # sweeps (the paper evaluates at 64k and 128k):
     ... --context-budgets=65536,131072 --tool-budgets=50,100
@@ -13,7 +13,8 @@
 Data: a JSONL file of CaRR records (`input_messages`, `label`,
 `tools`, optional `metadata.remote_env_info.rubrics`), i.e. decrypted BrowseComp,
 BrowseComp-ZH, xbench-DeepSearch, GAIA text-only files (`carr_jax.evaluation.crypto`), or
-`world:eval` / `world:train` for a split of the synthetic world of `config.data`. A record
+`world:eval` / `world:train` for a split of the in-process task source `data.source` names
+(the CPU laboratory's synthetic world). A record
 without `id` gets `<file stem>-<line>`, so ids are stable across restarts. The model,
 rollout, tools and judge come from the config (`rollout.*` budgets and sampling, `tools.*`
 backend; `data.corpus_path` for an offline corpus); the policy's weights from `--checkpoint`
@@ -209,7 +210,7 @@ def eval_data(config: Any, spec: str) -> tuple[list[dict], list[dict]]:
     split = spec.split(":", 1)[1]
     if split not in ("eval", "train"):
       raise EvalError(f"--data={spec!r}: use world:eval or world:train")
-    train, evals, corpus = data_lib.world_tasks(config.world)
+    train, evals, corpus = data_lib.load_tasks(config)
     return (evals if split == "eval" else train), corpus
   corpus = data_lib.read_jsonl(config.data.corpus_path) if config.data.corpus_path else []
   return load_eval_records(spec), corpus

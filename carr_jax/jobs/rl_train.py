@@ -82,7 +82,7 @@ class Trainer:
     os.makedirs(self.workdir, exist_ok=True)
     self.loss_cfg = components.loss_config(config)
     self.reward_cfg = components.reward_config(config)
-    train, self.eval_records, corpus = data_lib.load_tasks(config.data, config.world)
+    train, self.eval_records, corpus = data_lib.load_tasks(config)
     self.loader = data_lib.TaskLoader(train, config.data.prompts_per_step, config.seed,
                                       config.data.epochs)
     self.num_steps = min(config.train.num_steps, self.loader.total_steps)

@@ -4,9 +4,9 @@
 
 Data (`sft.data`): comma-separated JSONL files of trajectories in any shape
 `carr_jax.coldstart.examples` accepts (our rollouts or expert episodes, judge-format
-histories, HF chat messages, DeepDive `conversations`), or "expert": the scripted expert
-(`carr_jax.world.expert`) solves the training questions of `config.data` (the synthetic world)
-in-process.
+histories, HF chat messages, DeepDive `conversations`), or "expert": the in-process task
+source of `data.source` makes them (`expert_trajectories`; the CPU laboratory's scripted
+expert solves the synthetic world's training questions).
 
 The step and its objective are `carr_jax.coldstart.step`. The rest is shared with the RL job:
 the epoch-shuffled resumable loader (`carr_jax.jobs.tasks.TaskLoader`, `sft.batch_size`
@@ -33,11 +33,11 @@ logger = logging.getLogger(__name__)
 
 
 def sft_examples(config, fmt, workdir: str) -> list[dict]:
-  """SFT examples from `sft.data` (files, or "expert" on the configured synthetic world)."""
+  """SFT examples from `sft.data` (files, or "expert": the task source's scripted episodes)."""
   s = config.sft
   if s.data == "expert":
     from rollout.trajectory import write_jsonl
-    trajs = data_lib.expert_trajectories(config, fmt)
+    trajs = data_lib.task_source(config.data).expert_trajectories(config, fmt)
     if jax.process_index() == 0:
       write_jsonl(os.path.join(workdir, "expert_trajectories.jsonl"), trajs)
     return [{"id": t["prompt_id"], "token_ids": t["token_ids"], "loss_mask": t["loss_mask"]}

@@ -1,25 +1,24 @@
-"""Training questions: loading CaRR records (or the synthetic world) and a resumable loader.
+"""Training questions: loading CaRR records (or an in-process task source) and a resumable loader.
 
-`load_tasks(config.data, config.world)` returns (train records, eval records, corpus pages):
-either the synthetic world built in-process from the `world` section (`world_tasks`, the CPU
-default), or CaRR-format jsonl files plus an offline corpus. This module is the one seam between
-the jobs and the CPU laboratory (carr_jax/world): the world's questions, its output vocabulary
-(`world_output_ids`) and the scripted expert's SFT data (`expert_trajectories`). Malformed
+`load_tasks(config)` returns (train records, eval records, corpus pages): CaRR-format jsonl
+files plus an offline corpus (`data.source="jsonl"`), or the tasks of the module `data.source`
+names (`task_source`; the CPU default, lab/tasks.py, builds the synthetic world of the `world`
+section). That module is the one seam between the jobs and the CPU laboratory: tasks, their
+output vocabulary and the scripted expert's SFT data all come through it, by name. Malformed
 records are rejected with the file, line and field named. `TaskLoader` yields `prompts_per_step`
 records per step in a per-epoch seeded shuffle; its position is a small dict saved with every
 checkpoint, so a resumed run sees exactly the questions an uninterrupted run would have seen.
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import importlib
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from carr_common import jsonl
-from carr_common.sections import from_section
 
 
 class DataError(ValueError):
@@ -62,49 +61,26 @@ def load_records(path: str | Path) -> list[dict]:
   return [validate_record(r, place) for place, r in numbered_jsonl(path)]
 
 
-def world_tasks(world_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
-  """(train records, eval records, corpus page records) of the synthetic world of `world.*`."""
-  from carr_jax.world import build_world
-  w = world_cfg
-  world = build_world(w.seed, w.entities, w.questions, eval_fraction=w.eval_fraction,
-                      shortcut_fraction=w.shortcut_fraction, min_hops=w.min_hops,
-                      max_hops=w.max_hops, style=w.style, locality=w.locality,
-                      distractors=w.distractors, short_names=w.short_names, prompt=w.prompt,
-                      mark_names=w.mark_names, eval_shortcut_fraction=w.eval_shortcut_fraction,
-                      stale_fraction=w.stale_fraction)
-  return world.train, world.eval, world.corpus()
+def task_source(data_cfg: Any):
+  """The module named by `data.source` (any but "jsonl"), which makes tasks in-process: it
+  defines `tasks(config)` -> (train, eval, corpus records), `output_ids(config, fmt)` (the
+  sorted token ids its tasks can need) and `expert_trajectories(config, fmt)` (SFT episodes of
+  its scripted expert). The CPU laboratory's is lab/tasks.py; it is imported by name, so the
+  jobs never import the laboratory."""
+  try:
+    return importlib.import_module(data_cfg.source)
+  except ModuleNotFoundError as e:
+    if not data_cfg.source.startswith(e.name or "\0"):
+      raise  # the source exists; a module it imports is missing
+    raise DataError(f"data.source must be 'jsonl' or an importable task source module, got "
+                    f"{data_cfg.source!r} ({e})") from e
 
 
-def world_output_ids(world_cfg: Any, more_worlds: int, fmt) -> tuple[int, ...]:
-  """The sorted token ids that the world of `world.*`, and the `more_worlds` worlds seeded
-  after it, can need (carr_jax.world.output_vocab); `fmt` a rollout.chat.ChatFormat."""
-  from carr_jax.world.output_vocab import world_output_ids as ids_of
-  cfg, ids = world_cfg.copy_and_resolve_references(), set()
-  for k in range(1 + more_worlds):
-    cfg.seed = world_cfg.seed + k
-    ids.update(ids_of(*world_tasks(cfg), fmt))
-  return tuple(sorted(ids))
-
-
-def expert_trajectories(config: Any, fmt) -> list[dict]:
-  """The scripted expert's trajectories (carr_jax.world.expert, set by `sft.expert_*`) on the
-  training questions of at most `sft.expert_max_hops` hops, `sft.expert_samples` each."""
-  from carr_jax.world import expert
-  from rollout.tools.corpus import CorpusBackend
-  s = config.sft
-  train, _, corpus = load_tasks(config.data, config.world)
-  train = [r for r in train if r["metadata"]["gold"]["hops"] <= s.expert_max_hops]
-  return asyncio.run(expert.expert_trajectories(
-      train, CorpusBackend.from_records(corpus), fmt,
-      from_section(expert.ExpertConfig, s, expert.SFT_KEYS), s.expert_samples))
-
-
-def load_tasks(data_cfg: Any, world_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
-  """(train records, eval records, corpus page records) for the configured source."""
-  if data_cfg.source == "world":
-    return world_tasks(world_cfg)
+def load_tasks(config: Any) -> tuple[list[dict], list[dict], list[dict]]:
+  """(train records, eval records, corpus page records) for `data.source`."""
+  data_cfg = config.data
   if data_cfg.source != "jsonl":
-    raise DataError(f"data.source must be 'world' or 'jsonl', got {data_cfg.source!r}")
+    return task_source(data_cfg).tasks(config)
   if not data_cfg.train_path:
     raise DataError("data.train_path is required with data.source='jsonl'")
   train = load_records(data_cfg.train_path)

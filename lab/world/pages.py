@@ -14,7 +14,7 @@ import re
 
 import networkx as nx
 
-from carr_jax.world import ontology as on
+from lab.world import ontology as on
 
 DOMAIN = "synthwiki.example"  # .example is reserved: these URLs never reach a real site
 MAX_MENTIONS = 6

@@ -1,15 +1,15 @@
 """Does not learn: the multi-hop CPU demo, C-GRPO on the synthetic world with a tiny policy.
 
-    python -m carr_jax.sft --config configs/lab/demo_cpu.py:sft --workdir workdir/sft
-    python -m carr_jax.evaluate --config configs/lab/demo_cpu.py:sft --data world:eval \
+    python -m carr_jax.sft --config lab/configs/demo_cpu.py:sft --workdir workdir/sft
+    python -m carr_jax.evaluate --config lab/configs/demo_cpu.py:sft --data world:eval \
         --checkpoint workdir/sft/checkpoints --out workdir/sft/eval \
         --config.rollout.temperature=0
-    python -m carr_jax.train --config configs/lab/demo_cpu.py --workdir workdir/demo \
+    python -m carr_jax.train --config lab/configs/demo_cpu.py --workdir workdir/demo \
         --config.checkpoint.init_dir=workdir/sft/checkpoints
     tensorboard --logdir workdir/demo/tb --host 127.0.0.1
 
 It shows the data path on the deep multi-hop world (rollout -> judge -> advantages -> packed
-step -> sync), not learning; the main job (`scripts/demo.sh`) runs configs/lab/lookup_cpu.py,
+step -> sync), not learning; the main job (`scripts/demo.sh`) runs lab/configs/lookup_cpu.py,
 which learns. Without `checkpoint.init_dir` the policy is random. Everything runs
 in-process on the CPU: the synthetic deep-search world (questions, pages, rubrics), the
 in-process JAX sampler, offline BM25 browser tools and the GOLD judge (which reads the
@@ -19,7 +19,7 @@ Measured from the SFT policy (sampling at temperature 1): 0.4-0.6 search/open ca
 episode with 27-38% of the turns well-formed tool calls (0 from a random policy), no solved
 question, so rewards and advantages are 0; a tiny model would need far more SFT to answer.
 
-`:sft`, the cold start: the expert (`carr_jax.world.expert`) walks each 2-hop training
+`:sft`, the cold start: the expert (`lab.world.expert`) walks each 2-hop training
 question of a larger world (120 entities, 100 questions) hop by hop through the offline
 browser tools and answers with `[[n](url)]` citations (gold judge: outcome 1, rubric reward
 1). The tiny random policy (2 layers, width 64, the real 152k vocabulary) is trained on
@@ -34,10 +34,11 @@ step, 120 steps in 4-7 min, loss 11.9 -> ~0.25-0.35; greedy evaluation on the 20
 questions: well-formed tool calls in 0.60 of the policy's turns when first measured, 0.31 in
 CI and here since, with the same code and training data (dense attention; at lr 3e-2 the run
 is sensitive to rounding). It does not solve the questions. Run it before the RL stage;
-the SFT acceptance test uses configs/lab/named_cpu.py:sft (measured 0.80).
+the SFT acceptance test uses lab/configs/named_cpu.py:sft (measured 0.80).
 Configs for real runs train on whole episodes (configs/cgrpo_qwen3_4b.py:tpu,sft: 128k rows).
 """
 from configs import base
+from lab.configs import sft_section
 
 
 def get_config(arg=None):
@@ -45,7 +46,7 @@ def get_config(arg=None):
   if arg == "sft":
     return sft_config()
   if arg is not None:
-    raise ValueError(f"unknown variant {arg!r} of configs/lab/demo_cpu.py; known: sft")
+    raise ValueError(f"unknown variant {arg!r} of lab/configs/demo_cpu.py; known: sft")
   c = base.get_config()
   c.model.preset = "tiny_dense"
   c.judge.backend = "gold"  # the synthetic world's own answers; no API key
@@ -72,7 +73,7 @@ def get_config(arg=None):
 def sft_config():
   """The cold start (`:sft`)."""
   c = base.get_config()
-  c.sft = base.sft_section()
+  c.sft = sft_section()
   c.model.preset = "tiny_dense"
   c.judge.backend = "gold"  # the synthetic world's own answers; no API key
   c.world.entities = 120

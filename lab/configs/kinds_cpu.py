@@ -1,14 +1,14 @@
 """The tool-free job: the smallest world on which C-GRPO visibly learns on 2 CPU cores.
 
-    python -m carr_jax.sft --config configs/lab/kinds_cpu.py:sft --workdir workdir/demo/sft
-    python -m carr_jax.sft --config configs/lab/kinds_cpu.py:sft_noisy \
+    python -m carr_jax.sft --config lab/configs/kinds_cpu.py:sft --workdir workdir/demo/sft
+    python -m carr_jax.sft --config lab/configs/kinds_cpu.py:sft_noisy \
         --workdir workdir/demo/sft_noisy --config.checkpoint.init_dir=workdir/demo/sft/checkpoints
-    python -m carr_jax.train --config configs/lab/kinds_cpu.py --workdir workdir/demo/rl \
+    python -m carr_jax.train --config lab/configs/kinds_cpu.py --workdir workdir/demo/rl \
         --config.checkpoint.init_dir=workdir/demo/sft_noisy/checkpoints
 
-(The main job, `bash scripts/demo.sh`, is configs/lab/lookup_cpu.py, with the browser tools;
+(The main job, `bash scripts/demo.sh`, is lab/configs/lookup_cpu.py, with the browser tools;
 this one takes 3 minutes.) Kind questions (`world.style="kinds"`,
-carr_jax/world/named.py): "X, a painter, studied at something. Is that a city or an
+lab/world/named.py): "X, a painter, studied at something. Is that a city or an
 organization? Answer with one word." The relation decides the answer (5 relations), the two
 answers come in equal numbers, and nothing needs a tool, so this checks the learning loop
 (rewards from the gold judge, C-GRPO advantages, packing, the jitted step, the weight sync to
@@ -24,6 +24,7 @@ on every relation, and RL does not move it; SFT ~1.5 min and 30 RL steps of 16 x
 lr 3e-4) take held-out avg@4 from 0.75 to 1.00.
 """
 from configs import base
+from lab.configs import sft_section
 
 
 def kinds_world(c) -> None:
@@ -52,7 +53,7 @@ def get_config(arg=None):
   c = base.get_config()
   kinds_world(c)
   if arg in ("sft", "sft_noisy"):
-    c.sft = base.sft_section()
+    c.sft = sft_section()
     c.sft.data = "expert"
     c.sft.expert_answer = "guess"
     c.sft.expert_max_hops = 1
@@ -71,7 +72,7 @@ def get_config(arg=None):
       c.optim.learning_rate = 1e-3
     return c
   if arg:
-    raise ValueError(f"unknown variant {arg!r} of configs/lab/kinds_cpu.py; known: sft, sft_noisy")
+    raise ValueError(f"unknown variant {arg!r} of lab/configs/kinds_cpu.py; known: sft, sft_noisy")
   c.loss.importance_sampling = "icepop"  # as the release
   c.data.prompts_per_step = 16
   c.data.group_size = 8

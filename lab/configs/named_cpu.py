@@ -1,11 +1,11 @@
 """Does not learn yet: C-GRPO on the named-head synthetic world, from a cold-start SFT policy.
 
-    python -m carr_jax.sft --config configs/lab/named_cpu.py:sft --workdir workdir/named/sft
-    python -m carr_jax.train --config configs/lab/named_cpu.py --workdir workdir/named/rl \
+    python -m carr_jax.sft --config lab/configs/named_cpu.py:sft --workdir workdir/named/sft
+    python -m carr_jax.train --config lab/configs/named_cpu.py --workdir workdir/named/rl \
         --config.checkpoint.init_dir=workdir/named/sft/checkpoints
 
 The world (`demo_world`, shared by every stage) asks named-head questions of 1-2 hops
-(carr_jax/world/named.py): "X, a painter, studied at a university. Which city is home to
+(lab/world/named.py): "X, a painter, studied at a university. Which city is home to
 this university?", answered by searching and opening the pages that prove each hop and
 citing them; about half of the 2-hop questions admit a shortcut (the answer is named on the
 head's page). Names are one Qwen3 token each and marked in bold the way wiki text marks links
@@ -21,7 +21,7 @@ held-out split are well-formed tool calls 0.84 of the time but which solves no q
 first search never holds the question's head name (0 of 32), so a C-GRPO step here has zero
 rewards. Copying that name needs a warm start (docs/results.md).
 
-`:sft`, the cold start: the scripted expert (`carr_jax.world.expert`, brief answers, one search
+`:sft`, the cold start: the scripted expert (`lab.world.expert`, brief answers, one search
 result per query) solves the training questions; the `demo_dense` policy imitates it on whole
 episodes (~1,050 tokens), in 2,048-token rows. Measured on 2 cores shared with other jobs:
 3.9-4.8 s per step (1.8-3.5 s alone), loss 6.58 -> 0.25 at step 150 and 0.16 at step 300; greedy
@@ -29,13 +29,14 @@ evaluation on 32 held-out questions after either: well-formed tool calls in 0.84
 accuracy 0 (tests/test_sft.py holds the first number above 0.5).
 
 `:copy` is a warm-up stage on the expert's search turns of 12 other worlds in a short context
-(`python -m carr_jax.expert --config configs/lab/named_cpu.py:sft --search-examples 12
+(`python -m lab.expert --config lab/configs/named_cpu.py:sft --search-examples 12
 --search-results 1 --no-find --out FILE`, then `--config.sft.data=FILE`, which it needs); the
 episode stage starts from it with `--config.checkpoint.init_dir`. Measured: 400 steps do not yet
 make the policy copy names (docs/results.md) with the format rule after the question; the brief
 prompt now states it first, which the copy probe learns far sooner with (not yet re-run here).
 """
 from configs import base
+from lab.configs import sft_section
 
 
 def demo_world(c) -> None:
@@ -66,7 +67,7 @@ def get_config(arg=None):
   if arg in ("sft", "copy"):
     return sft_config(arg)
   if arg is not None:
-    raise ValueError(f"unknown variant {arg!r} of configs/lab/named_cpu.py; known: sft, copy")
+    raise ValueError(f"unknown variant {arg!r} of lab/configs/named_cpu.py; known: sft, copy")
   c = base.get_config()
   demo_world(c)
   c.data.prompts_per_step = 4
@@ -89,7 +90,7 @@ def sft_config(arg: str):
   """The cold start (`:sft`), or its warm-up (`:copy`)."""
   c = base.get_config()
   demo_world(c)
-  c.sft = base.sft_section()
+  c.sft = sft_section()
   c.sft.epochs = 20
   c.sft.batch_size = 4
   c.sft.num_steps = 150
@@ -108,7 +109,7 @@ def sft_config(arg: str):
   if arg == "copy":
     c.sft.data = ""  # required: --config.sft.data=FILE (the module docstring)
     c.sft.batch_size = 32
-    c.model.output_vocab_worlds = 12  # the names of the worlds the examples come from
+    c.world.output_vocab_worlds = 12  # the names of the worlds the examples come from
     c.sft.num_steps = 400
     c.batch.row_lengths = (1024,)  # several 100-300-token examples per row
     c.optim.warmup_steps = 0

@@ -1,6 +1,6 @@
 """Writes the synthetic deep-search world to a directory.
 
-  python scripts/make_world.py --seed 0 --num-questions 200 --out world
+  python -m lab.make_world --seed 0 --num-questions 200 --out world
 
 Output: corpus.jsonl (one page per entity), train.jsonl and eval.jsonl (CaRR records with gold
 annotations), manifest.json (sizes). Same arguments -> identical files.
@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-
-from carr_jax.world import build_world, write_world  # noqa: E402
+from lab.world import build_world, write_world
 
 
 def parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="python scripts/make_world.py",
+  p = argparse.ArgumentParser(prog="python -m lab.make_world",
                               description=__doc__.splitlines()[0])
   a = p.add_argument
   a("--seed", type=int, default=0, help="world seed (default: 0)")

@@ -1,6 +1,6 @@
 """A scripted expert for the synthetic world: gold-guided episodes for cold-start SFT.
 
-    python -m carr_jax.expert --config configs/lab/demo_cpu.py --out expert.jsonl [--split train]
+    python -m lab.expert --config lab/configs/demo_cpu.py --out expert.jsonl [--split train]
 
 prints the gold judge's mean outcome and rubric reward of the episodes it wrote.
 
@@ -25,16 +25,16 @@ answer is an option drawn at random: as many samples of a record as it has optio
 option once, so the policy learns the reply format and nothing about which option is right;
 RL has to learn that. With `known_fraction` f the expert knows the right option of a seeded
 fraction f of the records and gives it in every sample: a noisy expert, right on
-f + (1 - f) / K of its replies, whom RL can surpass (configs/lab/kinds_cpu.py).
+f + (1 - f) / K of its replies, whom RL can surpass (lab/configs/kinds_cpu.py).
 
-`answer="lookup"` is for the "lookup" world (carr_jax/world/lookup.py): on a coded question,
+`answer="lookup"` is for the "lookup" world (lab/world/lookup.py): on a coded question,
 and on every other sample of a plain one, it searches "glossary <term>" (one result) and
 answers the kind the glossary states, citing its page; on the other samples of a plain
 question it answers like "guess" (no tool, `known_fraction` applies). So the policy sees both
 ways to answer a plain question, the cited one and the shortcut. A "reference" question is
 treated as a plain one whatever its answer, and its known tool-free answer is the relation's
 usual kind (`shortcut_answer`): wrong on an exception, as a shortcut is. A "chain" question
-(carr_jax/world/chain.py) is searched term by term, each page naming the next, and answered
+(lab/world/chain.py) is searched term by term, each page naming the next, and answered
 with every page's sentence, each citing its page.
 
 Episodes are trajectory records (docs/design.md section 2) built token by token the way the
@@ -51,7 +51,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from carr_jax.world.lookup import STATED_KIND, is_lookup
+from lab.world.lookup import STATED_KIND, is_lookup
 from rollout import chat
 from rollout.agent import (RolloutConfig, assistant_message, initial_messages, record_tools,
                            tool_message)

@@ -1,12 +1,12 @@
 """The synthetic deep-search world: invented entities, their pages, multi-hop questions.
 
-  from carr_jax.world import build_world, write_world
+  from lab.world import build_world, write_world
   world = build_world(seed=0, num_entities=300, num_questions=100)
   write_world(world, "world")   # corpus.jsonl, train.jsonl, eval.jsonl, manifest.json
 
 See `records.py` for the files, `questions.py` for how questions are made and kept.
 """
-from carr_jax.world.records import (RESPONSE_FORMAT_SUFFIX, World, build_world, carr_record,
+from lab.world.records import (RESPONSE_FORMAT_SUFFIX, World, build_world, carr_record,
                                     write_world)
 
 __all__ = ["RESPONSE_FORMAT_SUFFIX", "World", "build_world", "carr_record", "write_world"]

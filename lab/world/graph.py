@@ -16,7 +16,7 @@ import random
 
 import networkx as nx
 
-from carr_jax.world import ontology as on
+from lab.world import ontology as on
 
 _ONSETS = ("b", "br", "c", "d", "dr", "f", "g", "gr", "h", "k", "l", "m", "n", "p", "r", "s",
            "st", "t", "th", "v", "w", "z", "sh", "tr", "vel", "mor", "kal")

@@ -11,9 +11,9 @@ import random
 
 import networkx as nx
 
-from carr_jax.world import ontology as on
-from carr_jax.world.pages import EntityPage
-from carr_jax.world.questions import (DEEP_MIN_CANDIDATES, SHORTCUT_MAX_CANDIDATES, Hop,
+from lab.world import ontology as on
+from lab.world.pages import EntityPage
+from lab.world.questions import (DEEP_MIN_CANDIDATES, SHORTCUT_MAX_CANDIDATES, Hop,
                                       Index, Question, count_solutions, local_candidates,
                                       random_walk)
 from rollout.tools.backend import Page

@@ -6,18 +6,18 @@
 
 which run, from the CLIs, for seed k:
 
-    python -m carr_jax.sft --config configs/lab/lookup_cpu.py:sft --workdir OUT/sft_seedk \
+    python -m carr_jax.sft --config lab/configs/lookup_cpu.py:sft --workdir OUT/sft_seedk \
         --config.seed=k
-    python -m carr_jax.train --config configs/lab/lookup_cpu.py:stale --workdir OUT/cgrpo_seedk \
+    python -m carr_jax.train --config lab/configs/lookup_cpu.py:stale --workdir OUT/cgrpo_seedk \
         --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k
-    python -m carr_jax.train --config configs/lab/lookup_cpu.py:stale --workdir OUT/grpo_seedk \
+    python -m carr_jax.train --config lab/configs/lookup_cpu.py:stale --workdir OUT/grpo_seedk \
         --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k \
         --config.reward.mode=grpo
 
 (`:main` in place of `:stale` gives the main job and its GRPO control; no variant: the RL
 run on the main job's world with held-out avg@2 every 25 steps.)
 
-Reference questions (`world.style="reference"`, carr_jax/world/lookup.py) ask the kind
+Reference questions (`world.style="reference"`, lab/world/lookup.py) ask the kind
 of the thing a named subject's relation points to, and give each question its own link
 number: "X, a painter, studied at something (link 417). Is that a city or an organization?"
 The relation's usual kind is a shortcut, right on 80% of the training questions
@@ -47,6 +47,7 @@ right answer its cited page supports, tells them apart. Measured results, over s
 docs/results.md.
 """
 from configs import base
+from lab.configs import sft_section
 
 
 def lookup_world(c) -> None:
@@ -79,7 +80,7 @@ def get_config(arg=None):
   c = base.get_config()
   lookup_world(c)
   if arg == "sft":
-    c.sft = base.sft_section()
+    c.sft = sft_section()
     c.sft.data = "expert"
     c.sft.expert_answer = "lookup"
     c.sft.expert_search_results = 1
@@ -96,7 +97,7 @@ def get_config(arg=None):
     c.checkpoint.every = 50
     return c
   if arg not in (None, "main", "stale"):
-    raise ValueError(f"unknown variant {arg!r} of configs/lab/lookup_cpu.py; known: sft, main, "
+    raise ValueError(f"unknown variant {arg!r} of lab/configs/lookup_cpu.py; known: sft, main, "
                      f"stale")
   c.loss.importance_sampling = "icepop"  # as the release
   c.data.prompts_per_step = 8

@@ -1,6 +1,6 @@
-"""Entry point: `python -m carr_jax.expert`; flags and `main()` only.
+"""Entry point: `python -m lab.expert`; flags and `main()` only.
 
-The scripted expert is `carr_jax.world.expert`, whose docstring documents this command.
+The scripted expert is `lab.world.expert`, whose docstring documents this command.
 """
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import json
 import sys
 
 from carr_jax import cli
-from carr_jax.world import expert as lib
-from carr_jax.world.expert import ExpertConfig, expert_trajectories, search_examples
+from lab.world import expert as lib
+from lab.world.expert import ExpertConfig, expert_trajectories, search_examples
 from rollout import chat
 
 
 def parser() -> argparse.ArgumentParser:
-  p = cli.parser("python -m carr_jax.expert", lib.__doc__.split("\n")[0],
+  p = cli.parser("python -m lab.expert", lib.__doc__.split("\n")[0],
                  config="Config whose data section builds the world, e.g. "
-                 "configs/lab/demo_cpu.py:sft.")
+                 "lab/configs/demo_cpu.py:sft.")
   a = p.add_argument
   a("--out", required=True, help="output JSONL of expert trajectories")
   a("--split", choices=["train", "eval"], default="train", help="which split of questions")
@@ -35,14 +35,14 @@ def parser() -> argparse.ArgumentParser:
 
 def _write_search_examples(args: argparse.Namespace, fmt: chat.ChatFormat,
                            cfg: ExpertConfig) -> None:
-  from carr_jax.jobs import tasks as data_lib
+  from lab.tasks import world_tasks
   from rollout.tools.corpus import CorpusBackend
   from rollout.trajectory import write_jsonl
   world_cfg = args.config.world
   rows = []
   for _ in range(args.search_examples):
     world_cfg.seed += 1
-    train, evals, corpus = data_lib.world_tasks(world_cfg)
+    train, evals, corpus = world_tasks(world_cfg)
     episodes = asyncio.run(expert_trajectories(train + evals, CorpusBackend.from_records(corpus),
                                                fmt, cfg))
     rows += [ex for ep in episodes for ex in search_examples(ep, fmt)]
@@ -62,7 +62,7 @@ def _write_episodes(args: argparse.Namespace) -> None:
   cfg = ExpertConfig(search_results=args.search_results, use_find=args.find)
   if args.search_examples:
     return _write_search_examples(args, fmt, cfg)
-  train, evals, corpus = data_lib.load_tasks(config.data, config.world)
+  train, evals, corpus = data_lib.load_tasks(config)
   records = train if args.split == "train" else evals
   backend = CorpusBackend.from_records(corpus)
 

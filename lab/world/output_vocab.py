@@ -13,7 +13,7 @@ agree (carr_jax/model/qwen3.py, carr_jax/model/decode.py, `train_step.target_log
 `world_output_ids(train, eval, corpus, fmt)` is the sorted union of
   (a) the tokens of every corpus page as the browser tools show it (an opened page, a search
       result) and of its title and URL as a tool call spells them (search, open, find);
-  (b) the generated tokens (loss mask 1) of the scripted expert's episodes (carr_jax.world.expert)
+  (b) the generated tokens (loss mask 1) of the scripted expert's episodes (lab.world.expert)
       on every train and eval record, under each expert setting of `expert_configs`
       (default: the expert's defaults, and 1 search result without find and with brief
       answers: each value of each setting once, and each setting changes its own turns
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 def default_expert_configs() -> tuple:
   """Each value of each of the expert's settings once (see (b) of the module docstring)."""
-  from carr_jax.world.expert import ExpertConfig
+  from lab.world.expert import ExpertConfig
   return (ExpertConfig(), ExpertConfig(search_results=1, use_find=False, answer="brief"))
 
 
@@ -74,7 +74,7 @@ def corpus_token_ids(corpus: Iterable[Mapping], fmt) -> set[int]:
 
 
 async def _expert_records(records: Sequence[Mapping], backend, fmt, cfg) -> list[dict]:
-  from carr_jax.world.expert import ExpertError, expert_episode
+  from lab.world.expert import ExpertError, expert_episode
 
   async def one(record):
     try:
@@ -88,8 +88,8 @@ async def _expert_records(records: Sequence[Mapping], backend, fmt, cfg) -> list
 def expert_token_ids(records: Sequence[Mapping], corpus: Sequence[Mapping], fmt,
                      expert_configs: Sequence | None = None) -> set[int]:
   """(b): the loss-mask-1 tokens of the expert's episodes on `records`, for each config."""
-  from carr_jax.world.expert import ExpertConfig
-  from carr_jax.world.lookup import is_lookup
+  from lab.world.expert import ExpertConfig
+  from lab.world.lookup import is_lookup
   from rollout.tools.corpus import CorpusBackend
   backend = CorpusBackend.from_records(corpus)
   lookup = [is_lookup((r.get("metadata") or {}).get("gold") or {}) for r in records]
@@ -128,7 +128,7 @@ def world_output_ids(train_records: Sequence[Mapping], eval_records: Sequence[Ma
                      corpus: Sequence[Mapping], fmt,
                      expert_configs: Sequence | None = None) -> tuple[int, ...]:
   """Sorted token ids (a) to (e) of the module docstring; `fmt` a rollout.chat.ChatFormat,
-  `expert_configs` carr_jax.world.expert.ExpertConfig's (None: `default_expert_configs()`)."""
+  `expert_configs` lab.world.expert.ExpertConfig's (None: `default_expert_configs()`)."""
   records = [*train_records, *eval_records]
   ids = (corpus_token_ids(corpus, fmt) | expert_token_ids(records, corpus, fmt, expert_configs)
          | label_token_ids(records, fmt) | special_ids() | ascii_token_ids(fmt))

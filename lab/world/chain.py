@@ -31,10 +31,10 @@ import random
 
 import networkx as nx
 
-from carr_jax.world import named
-from carr_jax.world.lookup import glossary_entry, question_term, relation_words, usual_kind
-from carr_jax.world.pages import EntityPage
-from carr_jax.world.questions import Question
+from lab.world import named
+from lab.world.lookup import glossary_entry, question_term, relation_words, usual_kind
+from lab.world.pages import EntityPage
+from lab.world.questions import Question
 
 MARKERS = ("link", "code", "entry", "note")  # the marker word of each hop's term, in order
 

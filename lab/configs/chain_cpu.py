@@ -4,17 +4,17 @@
 
 which run, from the CLIs, for seed k:
 
-    python -m carr_jax.sft --config configs/lab/lookup_cpu.py:sft --workdir OUT/ref_sft_seedk \
+    python -m carr_jax.sft --config lab/configs/lookup_cpu.py:sft --workdir OUT/ref_sft_seedk \
         --config.seed=k
-    python -m carr_jax.sft --config configs/lab/chain_cpu.py:sft --workdir OUT/sft_seedk \
+    python -m carr_jax.sft --config lab/configs/chain_cpu.py:sft --workdir OUT/sft_seedk \
         --config.checkpoint.init_dir=OUT/ref_sft_seedk/checkpoints --config.seed=k
-    python -m carr_jax.train --config configs/lab/chain_cpu.py:main --workdir OUT/cgrpo_seedk \
+    python -m carr_jax.train --config lab/configs/chain_cpu.py:main --workdir OUT/cgrpo_seedk \
         --config.checkpoint.init_dir=OUT/sft_seedk/checkpoints --config.seed=k
 
-A question reads like a reference question (configs/lab/lookup_cpu.py), "X, a painter, studied at
+A question reads like a reference question (lab/configs/lookup_cpu.py), "X, a painter, studied at
 something (link 417). Is that a city or an organization?", and its relation's usual kind is
 the same shortcut. But the glossary page of link 417 only names the next term ("Link 417
-continues under code 733."), and the page of code 733 states the kind (carr_jax/world/chain.py).
+continues under code 733."), and the page of code 733 states the kind (lab/world/chain.py).
 Each page is one rubric: "Link 417 continues under <E1>." and "<E1> is of the kind <E0>.", so
 the rubric reward pays identification (naming code 733), support (citing both pages) and
 connectivity (the first rubric reaches E0 only through the second). The expert's cited episode
@@ -23,7 +23,7 @@ makes 2 searches in ~560 tokens (tests/test_chain_world.py).
 The cold start has two stages. Trained on chain episodes from a random start, the policy has
 to learn to copy the question's link and a code off a page at once, and the one run measured
 (seed 0) had begun neither copy by step 600. So it starts from the reference world's cold
-start (configs/lab/lookup_cpu.py:sft, which copies the link and reads a one-page answer) and
+start (lab/configs/lookup_cpu.py:sft, which copies the link and reads a one-page answer) and
 learns the second hop in 300 more steps, the last 100 decaying the learning rate to 0:
 greedy copy of the link and of the page's code exact on all 100 held-out questions at step
 300 on the seeds measured (docs/results.md `## The chain world`).
@@ -35,7 +35,7 @@ reward to raise the share of right answers citing the whole chain, and holds the
 citations the connectivity check decides; an expert citing every page gave a cold start that
 already cited the whole chain on 62-70% of its right answers, and GRPO raised it further.
 """
-from configs.lab import lookup_cpu
+from lab.configs import lookup_cpu
 
 
 def chain_world(c) -> None:

@@ -6,7 +6,7 @@ and `eval.jsonl` (CaRR records with `metadata.gold`, section 3) and `manifest.js
 is by answer entity, so no eval answer is ever a train answer. Ids are contiguous:
 `synth-<seed>-00000` ... over train then eval. Same seed and sizes -> byte-identical files.
 
-  python scripts/make_world.py --seed 0 --num-questions 200 --out world
+  python -m lab.make_world --seed 0 --num-questions 200 --out world
 """
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import networkx as nx
 
-from carr_jax.world import chain, compose, lookup, named
-from carr_jax.world import pages as pages_lib
-from carr_jax.world.graph import build_graph
-from carr_jax.world.pages import EntityPage, render_pages
-from carr_jax.world.questions import Question
+from lab.world import chain, compose, lookup, named
+from lab.world import pages as pages_lib
+from lab.world.graph import build_graph
+from lab.world.pages import EntityPage, render_pages
+from lab.world.questions import Question
 from rollout.tools.schemas import brief_tool_schemas, tool_schemas
 
 SOURCE = "carr_jax_synthetic_world"

@@ -1,10 +1,10 @@
 """Greedy accuracy of a policy's search queries on the named world's held-out questions.
 
-    python scripts/lab/search_copy_eval.py --config configs/lab/named_cpu.py:copy \
+    python -m lab.probes.search_copy_eval --config lab/configs/named_cpu.py:copy \
         --checkpoint workdir/named/copy/checkpoints
 
 For every search turn of the scripted expert's episodes on the configured world's eval split,
-in the short context of `carr_jax.world.expert.search_examples` (the question; for later searches
+in the short context of `lab.world.expert.search_examples` (the question; for later searches
 also the page the name is read from), it checks whether the policy's greedy next token after
 `"query": "` is the first token of the entity the expert searched. It prints the hit rate of
 the first search (the head's name, copied from the question) and of the later ones (the next
@@ -14,23 +14,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import pathlib
-import sys
 
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-
 from carr_jax import cli
 from carr_jax.jobs import components
-from carr_jax.jobs import tasks as data_lib  # noqa: E402
-from carr_jax.jobs.evaluate import policy_params  # noqa: E402
-from carr_jax.model import decode  # noqa: E402
-from carr_jax.model import restricted_vocab  # noqa: E402
-from carr_jax.world.expert import ExpertConfig, expert_trajectories, search_examples  # noqa: E402
-from rollout import chat  # noqa: E402
-from rollout.tools.corpus import CorpusBackend  # noqa: E402
+from carr_jax.jobs import tasks as data_lib
+from carr_jax.jobs.evaluate import policy_params
+from carr_jax.model import decode
+from carr_jax.model import restricted_vocab
+from lab.world.expert import ExpertConfig, expert_trajectories, search_examples
+from rollout import chat
+from rollout.tools.corpus import CorpusBackend
 
 
 def query_positions(fmt: chat.ChatFormat, examples: list[dict]) -> list[int]:
@@ -60,7 +56,7 @@ def _evaluate(args: argparse.Namespace) -> None:
   cfg, vocab = components.model_config(config), components.output_vocab(config)
   params, _ = policy_params(config, cfg, args.checkpoint)
   fmt = chat.ChatFormat(components.tokenizer(config))
-  _, evals, corpus = data_lib.load_tasks(config.data, config.world)
+  _, evals, corpus = data_lib.load_tasks(config)
   episodes = asyncio.run(expert_trajectories(
       evals, CorpusBackend.from_records(corpus), fmt, ExpertConfig(1, False, "brief")))
   examples = [e for ep in episodes for e in search_examples(ep, fmt)]
@@ -71,7 +67,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-  p = cli.parser("python scripts/lab/search_copy_eval.py", __doc__.split("\n")[0],
+  p = cli.parser("python -m lab.probes.search_copy_eval", __doc__.split("\n")[0],
                  config="Config with the named world and the policy's output vocabulary.")
   p.add_argument("--checkpoint", required=True, help="checkpoint root or one step directory")
   return p

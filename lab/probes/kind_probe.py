@@ -1,6 +1,6 @@
 """Does a policy read the question? Its answer probabilities on held-out kind questions.
 
-    python scripts/lab/kind_probe.py --config configs/lab/kinds_cpu.py \
+    python -m lab.probes.kind_probe --config lab/configs/kinds_cpu.py \
         --checkpoint workdir/demo/sft/checkpoints [--checkpoint workdir/demo/rl/checkpoints]
 
 For each held-out question of the configured kinds world (`world.style="kinds"`) it
@@ -25,25 +25,21 @@ Results: docs/results.md.
 from __future__ import annotations
 
 import argparse
-import pathlib
 import re
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-
 from carr_jax import cli
 from carr_jax.jobs import components
-from carr_jax.jobs import tasks as data_lib  # noqa: E402
-from carr_jax.jobs.evaluate import policy_params  # noqa: E402
-from carr_jax.model import decode  # noqa: E402
-from carr_jax.world.chain import MARKERS  # noqa: E402
-from carr_jax.world.expert import ExpertConfig, expert_episode, looks_up  # noqa: E402
-from carr_jax.model import restricted_vocab  # noqa: E402
-from rollout import chat  # noqa: E402
+from carr_jax.jobs import tasks as data_lib
+from carr_jax.jobs.evaluate import policy_params
+from carr_jax.model import decode
+from carr_jax.model import restricted_vocab
+from lab.world.chain import MARKERS
+from lab.world.expert import ExpertConfig, expert_episode, looks_up
+from rollout import chat
 
 REPLY_START = "\n</think>\n\n## Exact Answer\n"  # generated before the answer word
 _MARKED = re.compile(rf"\b({'|'.join(MARKERS)}) $")  # a glossary term's marker word
@@ -166,7 +162,7 @@ def _probe(args: argparse.Namespace) -> None:
   config = args.config
   cfg, vocab = components.model_config(config), components.output_vocab(config)
   fmt = chat.ChatFormat(components.tokenizer(config))
-  _, records, corpus = data_lib.load_tasks(config.data, config.world)
+  _, records, corpus = data_lib.load_tasks(config)
   options = records[0]["metadata"]["gold"]["options"]
   option_ids = [fmt.encode(o) for o in options]
   if any(len(ids) != 1 for ids in option_ids):
@@ -218,8 +214,8 @@ def print_option_probs(p: np.ndarray, name: str, options: list[str], right: np.n
 
 
 def parser() -> argparse.ArgumentParser:
-  p = cli.parser("python scripts/lab/kind_probe.py", __doc__.split("\n")[0],
-                 config="Config with the kinds world and the policy (configs/lab/kinds_cpu.py).")
+  p = cli.parser("python -m lab.probes.kind_probe", __doc__.split("\n")[0],
+                 config="Config with the kinds world and the policy (lab/configs/kinds_cpu.py).")
   p.add_argument("--checkpoint", required=True, action="append",
                  help="checkpoint root or one step directory (repeat to compare)")
   return p

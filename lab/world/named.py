@@ -31,10 +31,10 @@ import random
 
 import networkx as nx
 
-from carr_jax.world import ontology as on
-from carr_jax.world.compose import _verb
-from carr_jax.world.pages import EntityPage
-from carr_jax.world.questions import Hop, Question
+from lab.world import ontology as on
+from lab.world.compose import _verb
+from lab.world.pages import EntityPage
+from lab.world.questions import Hop, Question
 from rollout.tools.backend import Page
 from rollout.tools.text import LeakFilter
 

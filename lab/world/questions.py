@@ -20,7 +20,7 @@ import random
 
 import networkx as nx
 
-from carr_jax.world import ontology as on
+from lab.world import ontology as on
 
 SHORTCUT_MAX_CANDIDATES = 2
 DEEP_MIN_CANDIDATES = 3

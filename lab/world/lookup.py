@@ -49,10 +49,10 @@ import re
 
 import networkx as nx
 
-from carr_jax.world import named
-from carr_jax.world import ontology as on
-from carr_jax.world.pages import DOMAIN, EntityPage
-from carr_jax.world.questions import Question
+from lab.world import named
+from lab.world import ontology as on
+from lab.world.pages import DOMAIN, EntityPage
+from lab.world.questions import Question
 
 _CODE = re.compile(r" has (link \d+) to something\.| \((link \d+)\)\.")
 _PUBLISHED = "2020-01-01"

@@ -1,1 +1,0 @@
-"""The CPU laboratory's experiments: synthetic worlds a tiny policy trains on (docs/results.md)."""

@@ -1,0 +1,1 @@
+"""Probes of a policy on the laboratory's worlds (`python -m lab.probes.NAME --help`)."""

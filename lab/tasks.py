@@ -1,0 +1,65 @@
+"""The laboratory's task source (`data.source="lab.tasks"`): the synthetic world of the `world`
+section, built in-process, as the jobs' task loading (carr_jax/jobs/tasks.py) asks of a source:
+
+- `tasks(config)`: (train records, eval records, corpus page records);
+- `output_ids(config, fmt)`: the sorted token ids its questions, pages and expert can need (the
+  restricted output vocabulary of `model.output_vocab="world"`);
+- `expert_trajectories(config, fmt)`: the scripted expert's SFT episodes (`sft.data="expert"`).
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from carr_common.sections import from_section
+from lab.configs import sft_section
+from lab.world import build_world, expert
+from lab.world.output_vocab import world_output_ids
+from rollout.tools.corpus import CorpusBackend
+
+
+def world_tasks(world_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
+  """(train records, eval records, corpus page records) of the synthetic world of `world.*`."""
+  w = world_cfg
+  world = build_world(w.seed, w.entities, w.questions, eval_fraction=w.eval_fraction,
+                      shortcut_fraction=w.shortcut_fraction, min_hops=w.min_hops,
+                      max_hops=w.max_hops, style=w.style, locality=w.locality,
+                      distractors=w.distractors, short_names=w.short_names, prompt=w.prompt,
+                      mark_names=w.mark_names, eval_shortcut_fraction=w.eval_shortcut_fraction,
+                      stale_fraction=w.stale_fraction)
+  return world.train, world.eval, world.corpus()
+
+
+def tasks(config: Any) -> tuple[list[dict], list[dict], list[dict]]:
+  return world_tasks(config.world)
+
+
+def output_ids(config: Any, fmt) -> tuple[int, ...]:
+  """The ids the world of `world.*`, and the `world.output_vocab_worlds` worlds seeded after it,
+  can need (lab.world.output_vocab); `fmt` a rollout.chat.ChatFormat."""
+  cfg, ids = config.world.copy_and_resolve_references(), set()
+  for k in range(1 + config.world.output_vocab_worlds):
+    cfg.seed = config.world.seed + k
+    ids.update(world_output_ids(*world_tasks(cfg), fmt))
+  return tuple(sorted(ids))
+
+
+def expert_keys(sft: Any):
+  """The `sft` section with the expert's keys (lab.configs.sft_section) it lacks at their
+  defaults: a config built on configs/base.py's section alone gets the default expert."""
+  full = sft_section()
+  for key in full:
+    if key in sft:
+      full[key] = sft[key]
+  return full
+
+
+def expert_trajectories(config: Any, fmt) -> list[dict]:
+  """The scripted expert's trajectories (lab.world.expert, set by `sft.expert_*`) on the
+  training questions of at most `sft.expert_max_hops` hops, `sft.expert_samples` each."""
+  s = expert_keys(config.sft)
+  train, _, corpus = tasks(config)
+  train = [r for r in train if r["metadata"]["gold"]["hops"] <= s.expert_max_hops]
+  return asyncio.run(expert.expert_trajectories(
+      train, CorpusBackend.from_records(corpus), fmt,
+      from_section(expert.ExpertConfig, s, expert.SFT_KEYS), s.expert_samples))
