@@ -25,8 +25,10 @@ to learn to copy the question's link and a code off a page at once, and the one 
 (seed 0) had begun neither copy by step 600. So it starts from the reference world's cold
 start (lab/configs/lookup_cpu.py:sft, which copies the link and reads a one-page answer) and
 learns the second hop in 300 more steps, the last 100 decaying the learning rate to 0:
-greedy copy of the link and of the page's code exact on all 100 held-out questions at step
-300 on the seeds measured (docs/results.md `## The chain world`).
+greedy copy of the link and of the page's code exact on 99-100 of 100 held-out questions at
+step 300 on seeds 0 and 2. Not robust: seed 1's reference cold start never learns the code
+copy (not in 500 steps, nor with another expert or data order; docs/results.md
+`## The chain world`).
 
 Its searched replies cite the whole chain on 40% of samples, the first page only on 30% (a
 supported rubric not connected to the answer: rubric 0, 0.5 without the connectivity check)
