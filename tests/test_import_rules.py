@@ -26,7 +26,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("carr_common", "judge", "rollout", "carr_jax", "configs", "lab")
 MAX_LINES = 400
-ORDER = ("lab", "configs", "carr_jax", "carr_jax.jobs", "carr_jax.coldstart", "carr_jax.evaluation", "lab.world",
+ORDER = ("lab", "configs", "carr_jax", "carr_jax.jobs", "carr_jax.coldstart", "carr_jax.evaluation",
          "carr_jax.rl", "carr_jax.model", "carr_jax.runs", "rollout", "judge", "carr_common")
 
 
