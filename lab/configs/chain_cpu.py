@@ -27,8 +27,8 @@ start (lab/configs/lookup_cpu.py:sft, which copies the link and reads a one-page
 learns the second hop in 300 more steps, the last 100 decaying the learning rate to 0:
 greedy copy of the link and of the page's code exact on 99-100 of 100 held-out questions at
 step 300 on seeds 0 and 2. Not robust: seed 1's reference cold start never learns the code
-copy (not in 500 steps, nor with another expert or data order; docs/results.md
-`## The chain world`).
+copy (not in 500 steps, nor with another expert or data order), but does at twice the
+learning rate (6e-3: greedy 0.95; docs/results.md `## The chain world`).
 
 Its searched replies cite the whole chain on 40% of samples, the first page only on 30% (a
 supported rubric not connected to the answer: rubric 0, 0.5 without the connectivity check)
