@@ -58,8 +58,8 @@ def resolve_config_path(path: str) -> pathlib.Path:
   root = package_dir(package) if package and not given.is_absolute() else None
   if root is not None and (root / given.name).is_file():
     return root / given.name
-  package = package if root is not None else "configs"
-  root = package_dir(package)
+  if root is None:  # not an installed package's file: list the paper's configs
+    package, root = "configs", package_dir("configs")
   names = sorted(p.name for p in root.glob("*.py") if p.stem != "__init__") if root else []
   raise UsageError(f"config file not found: {path} (shipped: {package.replace('.', '/')}/"
                    f"{{{','.join(names)}}})")

@@ -132,7 +132,7 @@ def test_dataclass_defaults_equal_base():
 SOURCES = (pathlib.Path(base.__file__), pathlib.Path(lab_configs.__file__))  # the keys' writers
 
 
-def _written_in_base() -> set[str]:
+def _written_literals() -> set[str]:
   """The keys configs/base.py and lab/configs/__init__.py assign a literal to:
   `c.<section>.<key> = ...` and, in the sft sections, `s.<key> = ...`."""
   written = set()
@@ -150,7 +150,7 @@ def _written_in_base() -> set[str]:
 def test_a_key_a_dataclass_gives_is_not_written_again_in_base():
   """Each default is written once: a field's key takes the field's default (`add_fields`),
   and base.py assigns it no literal of its own (reward.alpha among them)."""
-  written = _written_in_base()
+  written = _written_literals()
   assert "reward.shortcut_threshold" in written and "sft.expert_max_hops" in written  # parsed
   twice = sorted(key_of(section, renamed, f.name) for cls, section, renamed, computed in BUILT
                  for f in dataclasses.fields(cls)
