@@ -36,6 +36,7 @@ import openai
 
 from carr_common.http_retry import (AttemptFailed, GaveUp, LoopPool, RetryPolicy, status_failure,
                                     with_retries)
+from carr_common.in_flight import InFlight
 from carr_common.redaction import redact
 from carr_common.safe_text import clean_text
 from judge.cache import JudgeCache, cache_key
@@ -119,6 +120,7 @@ class ChatClient:
                                       ("max_tokens", config.max_tokens)) if v is not None}
     self._pool = LoopPool(self._new_loop_state, self._close_loop_state)
     self._ssl_context: ssl.SSLContext | None = None
+    self.calls_in_flight = InFlight()  # requests sent and not answered (Judge.in_flight_peaks)
 
   def _new_loop_state(self) -> tuple[list[openai.AsyncOpenAI], asyncio.LifoQueue]:
     """(clients, free slots) for one event loop; an SDK client belongs to one loop.
@@ -166,10 +168,11 @@ class ChatClient:
     headers = {**_NOT_CONFIGURED, **({} if self.config.api_key() else _NO_AUTH)}
     slot = await slots.get()
     try:
-      async with asyncio.timeout(self.config.timeout):
-        body = {"model": self.config.model, "messages": messages, **self._params}
-        data = await clients[slot].post("/chat/completions", body=body, cast_to=object,
-                                        options={"headers": headers})
+      with self.calls_in_flight:
+        async with asyncio.timeout(self.config.timeout):
+          body = {"model": self.config.model, "messages": messages, **self._params}
+          data = await clients[slot].post("/chat/completions", body=body, cast_to=object,
+                                          options={"headers": headers})
     except (TimeoutError, openai.APITimeoutError):
       raise AttemptFailed(f"timeout after {self.config.timeout:g}s") from None
     except openai.APIConnectionError as e:

@@ -5,6 +5,7 @@
   breakdowns = await judge.score_batch([(trajectory, task), ...])
   breakdown = judge.score_sync(trajectory, task)   # outside an event loop
   judge.metrics()                                  # calls, tokens, cache hits, errors, ...
+  judge.in_flight_peaks()                          # most trajectories / LLM calls at once
 
 Steps (paper section 2.2; differences from the release: docs/judge-vs-release.md); only the
 final response before its last `## References` heading is judged:
@@ -34,6 +35,7 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Iterable
 
+from carr_common.in_flight import InFlight
 from judge.backends import Backend, GoldBackend, LLMBackend, contains, normalize
 from judge.breakdown import Breakdown, RubricScore
 from judge.cache import JudgeCache
@@ -71,6 +73,7 @@ class Judge:
       self.client = ChatClient(self.config, self._metrics, self.cache)
       backend = LLMBackend(self.client)
     self.backend = backend
+    self.trajectories_in_flight = InFlight()  # judged at once (any backend)
 
   async def score(self, trajectory: Any, task: Any, *, outcome: bool = True,
                   rubric: bool = True) -> Breakdown:
@@ -108,6 +111,13 @@ class Judge:
   def metrics(self) -> dict[str, float]:
     return self._metrics.as_dict()
 
+  def in_flight_peaks(self) -> dict[str, float]:
+    """The most trajectories judged at once, and LLM calls in flight at once (0 without an
+    LLM backend), since the last reading."""
+    calls = self.client.calls_in_flight.take_peak() if self.client is not None else 0
+    return {"judge/trajectories_in_flight_peak": float(self.trajectories_in_flight.take_peak()),
+            "judge/calls_in_flight_peak": float(calls)}
+
   async def aclose(self) -> None:
     if self.client is not None:
       await self.client.aclose()
@@ -118,8 +128,9 @@ class Judge:
     breakdown = Breakdown(backend=self.backend.name)
     usage = Usage()
     try:
-      async with asyncio.timeout(self.config.deadline_s):
-        await self._score(inp, outcome, rubric, breakdown, usage)
+      with self.trajectories_in_flight:
+        async with asyncio.timeout(self.config.deadline_s):
+          await self._score(inp, outcome, rubric, breakdown, usage)
     except TimeoutError:
       self._past_deadline(breakdown)
     except Exception as e:  # last resort: a judge bug must not kill a training step

@@ -59,6 +59,7 @@ READ_ELSEWHERE = {
     "rollout.sglang_idle_timeout": "components.engine", "rollout.max_batch": "components.engine",
     "rollout.tokenizer_dir": "components.tokenizer", "rollout.sync_dir": "carr_jax.jobs.rl_train",
     "rollout.dump_trajectories": "carr_jax.jobs.rl_train",
+    "rollout.max_staleness": "carr_jax.jobs.rl_train (check_staleness_config)",
     "tools.backend": "components.tool_backend", "judge.cache_path": "components.judge_config",
     **{f"sft.{k}": "carr_jax.jobs.sft_train" for k in (
         "data", "epochs", "batch_size", "num_steps", "min_outcome", "default_tools")},

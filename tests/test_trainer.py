@@ -6,7 +6,8 @@ step 1 is on disk and then started again with the same command: it must resume a
 breakdowns for every trajectory, and a final checkpoint. Its step-2 episodes must be exactly
 those of the same run left uninterrupted (engine seeds follow the episode, not the timing).
 A `tensorboard` process started on the workdir must serve the scalar, text and image tags over
-HTTP.
+HTTP. With `rollout.max_staleness=1` (rollouts one step ahead) the resumed run trains the
+loader's questions in order, each step's once, and TensorBoard shows the staleness.
 """
 import json
 import os
@@ -99,6 +100,42 @@ def test_train_kill_resume_and_tensorboard(tmp_path):
     return {(r["prompt_id"], r["sample_index"]): (r["token_ids"], r["weight_version"])
             for r in rows}
   assert episodes(workdir) == episodes(straight)
+
+
+@pytest.mark.slow
+def test_overlapped_run_resumes_without_a_question_twice_or_skipped(tmp_path):
+  extra = ("--config.rollout.max_staleness=1", "--config.loss.importance_sampling=icepop",
+           "--config.train.num_steps=3", "--config.train.eval_every=0")
+  workdir = tmp_path / "run"
+  run_killed_after_first_checkpoint(workdir, extra)  # step 2's collection was in flight
+  resumed = subprocess.run(train_cmd(workdir, extra), cwd=REPO, env=_env(), capture_output=True,
+                           text=True, timeout=900)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  summaries = [l.split()[1] for l in resumed.stdout.splitlines() if l.startswith("step ")]
+  assert summaries == ["2/3", "3/3"]
+
+  from carr_jax import cli
+  from carr_jax.jobs import tasks as data_lib
+  config = cli.load_config("lab/configs/demo_cpu.py", [o[len("--config."):] for o in
+                                                      (*OVERRIDES, *extra)])
+  train, _, _ = data_lib.load_tasks(config)
+  loader = data_lib.TaskLoader(train, config.data.prompts_per_step, config.seed,
+                               config.data.epochs)
+  for step in (1, 2, 3):  # each step trained its own questions, in the loader's order
+    rows = [json.loads(l) for l in open(workdir / "trajectories" / f"step_{step}.jsonl")]
+    want = [str(r["id"]) for r in loader.next()]
+    assert sorted({r["prompt_id"] for r in rows}) == sorted(want)
+    assert len(rows) == len(want) * config.data.group_size
+  acc = scalars(workdir)
+  assert sorted(e.step for e in acc.Scalars("train/loss")) == [1, 2, 3]
+  staleness = {e.step: e.value for e in sorted(acc.Scalars("rollout/staleness_max"),
+                                                key=lambda e: e.wall_time)}  # the last write
+  assert staleness == {1: 0.0, 2: 0.0, 3: 1.0}  # the resumed run started steps 2 and 3 on
+  # version 1; step 3 trains version 2
+  for key in ("rollout/dropped_stale", "perf/trainer_idle_s", "perf/rollout_idle_s",
+              "judge/trajectories_in_flight_peak"):
+    assert key in acc.Tags()["scalars"], key
+  assert "rollout/staleness" in acc.Tags()["histograms"]
 
 
 def _free_port():

@@ -3,7 +3,10 @@
 One step: next questions -> G rollouts each (engine + browser tools) -> CaRR judge ->
 C-GRPO rewards and group advantages -> packed [R, S] rows -> old (and reference) log-probs
 -> jitted sharded train step -> weight sync to the engine (`rollout.engines.weight_sync`) ->
-metrics, progress line and checkpoint (`carr_jax.jobs.run_setup`, as in SFT); every
+metrics, progress line and checkpoint (`carr_jax.jobs.run_setup`, as in SFT). With
+`rollout.max_staleness` = k >= 1 the collections (rollouts and judge calls) of the next k steps
+run while a step trains (`carr_jax.jobs.pipeline`: staleness bound, partial rollouts, what
+resume keeps); k = 0 is the paper's synchronous step. Every
 `train.eval_every` steps (and before the first step and after the last) an evaluation on
 held-out questions writes accuracy, rubric satisfaction, rendered trajectories (TEXT) and an
 evidence graph (IMAGES), and keeps per-question accuracy (`carr_jax.evaluation.heldout`).
@@ -13,8 +16,8 @@ output paths.
 Resume order (carr_jax.runs.checkpointing): the workdir's latest checkpoint (state, data-loader
 position, step), else `checkpoint.init_dir`, else `model.hf_path`, else random init. A
 resumed run continues with the same parameters, optimizer state, step and questions, and
-with the in-process engine it samples the same episodes as the uninterrupted run (request
-seeds hash the episode's rid and the weight version, not the arrival order; SGLang's
+with the in-process engine at k = 0 it samples the same episodes as the uninterrupted run
+(request seeds hash the episode's rid and the weight version, not the arrival order; SGLang's
 sampling is seeded server-side and is not reproduced).
 
 Failure policy: a rollout the engine failed (after its retries) is never trained on; its
@@ -29,7 +32,6 @@ array (`train_step.global_batch`). Only process 0 writes metrics, dumps and HF e
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -42,6 +44,7 @@ from carr_common.safe_text import json_line
 from carr_jax.evaluation import heldout
 from carr_jax.evaluation.evidence_plot import render_evidence_graph
 from carr_jax.jobs import components
+from carr_jax.jobs import pipeline
 from carr_jax.jobs import run_setup
 from carr_jax.jobs import tasks as data_lib
 from carr_jax.model import restricted_vocab
@@ -87,6 +90,7 @@ class Trainer:
                                       config.data.epochs)
     self.num_steps = min(config.train.num_steps, self.loader.total_steps)
     self.lead = jax.process_index() == 0  # drives rollouts, judging, metrics and exports
+    self.max_staleness = check_staleness_config(config)
     if jax.process_count() > 1 and config.rollout.engine == "jax":
       raise ValueError("rollout.engine='jax' is single-host; use SGLang servers on a pod")
     run = run_setup.setup_run(config, self.workdir)
@@ -108,16 +112,21 @@ class Trainer:
     self.rollout_cfg = components.rollout_config(config)
     self.tools = components.tool_backend(config, corpus)
     self.judge = components.judge(config, self.workdir)
-    self.engine = components.engine(config, self.state.params, self.cfg,
+    self.engine = components.engine(config, self.served(self.state.params), self.cfg,
                                      weight_version=str(self.start_step), vocab=run.vocab)
     self.weight_sync = weight_sync(
         config.rollout.engine, self.engine, export=self.export_hf, lead=self.lead,
         export_dir=config.rollout.sync_dir or os.path.join(self.workdir, "sync"))
     self.log = run_setup.RunLog(config, self.workdir, run.checkpointer, self.start_step,
                                 self.num_steps)
-    self.loop = asyncio.new_event_loop()
-    self.loop.run_until_complete(self.weight_sync.start(self.state.params,
-                                                        str(self.start_step)))
+    self.loop = pipeline.LoopThread()  # rollouts, judge and syncs; its own thread
+    self.loop.run(self.weight_sync.start(self.state.params, str(self.start_step)))
+
+  def served(self, params):
+    """The params the in-process engine samples with: a copy while its rollouts overlap the
+    train step, which donates (frees) the state's buffers. SGLang loads an export."""
+    overlap = self.max_staleness and self.config.rollout.engine == "jax"
+    return jax.tree.map(jax.numpy.copy, params) if overlap else params
 
   def export_hf(self, params, path: str) -> None:
     """The policy as an HF directory at `path`, with the tokenizer (what SGLang loads)."""
@@ -127,24 +136,34 @@ class Trainer:
 
   # ------------------------------------------------------------------ phases of a step
 
-  def collect(self, records, group_size: int, step: int):
-    """Rollouts then judging, in the run's event loop. Returns ([P][G] trajs, breakdowns)."""
+  async def collect(self, records, group_size: int, progress: bool = True):
+    """Rollouts then judging (on the run's loop). Returns ([P][G] trajs, breakdowns, times)."""
     from rollout.agent import rollout_groups
-
-    async def run():
-      groups = await rollout_groups(self.engine, self.fmt, self.tools, records, group_size,
-                                    self.rollout_cfg, progress=True)
-      t_rollout = time.perf_counter()
-      pairs = [(traj, rec) for rec, group in zip(records, groups) for traj in group]
-      breakdowns = await self.judge.score_batch(pairs)
-      return groups, breakdowns, t_rollout
     start = time.perf_counter()
-    groups, breakdowns, t_rollout = self.loop.run_until_complete(run())
+    groups = await rollout_groups(self.engine, self.fmt, self.tools, records, group_size,
+                                  self.rollout_cfg, progress=progress)
+    t_rollout = time.perf_counter()
+    pairs = [(traj, rec) for rec, group in zip(records, groups) for traj in group]
+    breakdowns = await self.judge.score_batch(pairs)
     times = {"perf/rollout_s": t_rollout - start, "perf/judge_s": time.perf_counter() - t_rollout}
     return groups, breakdowns, times
 
-  def build_batch(self, groups, breakdowns):
-    """Advantages per group, failed groups dropped, packed rows. Returns (batch, metrics)."""
+  def submit_collection(self, records, step: int):
+    """Starts step `step`'s collection on the loop; a future of `collect`'s result."""
+    del step  # the engine's seeds follow each episode's rid and weight version
+
+    async def tracked():
+      self.pipe.idle.busy()
+      try:
+        return await self.collect(records, self.config.data.group_size,
+                                  progress=not self.max_staleness)  # one bar at a time
+      finally:
+        self.pipe.idle.done()
+    return self.loop.submit(tracked())
+
+  def build_batch(self, groups, breakdowns, fresh: np.ndarray):
+    """Advantages per group, failed groups and those not `fresh` [P, 1] (too stale) dropped,
+    packed rows. Returns (batch, metrics)."""
     p, g = len(groups), len(groups[0])
     flat = [t for group in groups for t in group]
     outcome = np.array([b.outcome_reward for b in breakdowns], np.float64).reshape(p, g)
@@ -152,7 +171,7 @@ class Trainer:
     status = np.array([t["status"] for t in flat]).reshape(p, g)
     adv = rewards.compute_group_advantages(outcome, rubric, status == "completed",
                                            self.reward_cfg)
-    usable = ~(status == "failed").any(axis=1, keepdims=True) & adv.keep  # [P, G]
+    usable = ~(status == "failed").any(axis=1, keepdims=True) & adv.keep & fresh  # [P, G]
     keep = [i for i in range(p * g) if usable.reshape(-1)[i]]
     metrics = {**step_stats.reward_metrics(adv),
                "rollout/dropped_groups": float(np.mean(~usable.any(axis=1)))}
@@ -192,7 +211,7 @@ class Trainer:
     if not n or not self.lead:
       return {}
     records, k = self.eval_records[:n], self.config.train.eval_samples
-    groups, breakdowns, _ = self.collect(records, k, step)
+    groups, breakdowns, _ = self.loop.run(self.collect(records, k))
     flat = [t for group in groups for t in group]
     threshold = self.config.reward.shortcut_threshold
     accuracy = heldout.per_question_accuracy(breakdowns, n)
@@ -221,57 +240,90 @@ class Trainer:
       for traj, b in zip(flat, breakdowns):
         f.write(json_line({**traj, "judge": b.to_dict()}))  # never raises on a lone surrogate
 
+  def judged(self, step: int, groups, breakdowns, metrics: dict):
+    """The lead's view of step `step`'s collection: dump, rollout, judge and staleness
+    metrics, the packed batch of its fresh groups. Returns (batch or None, metrics)."""
+    self.dump(step + 1, groups, breakdowns)  # numbered like the console, TB, checkpoints
+    flat = [t for group in groups for t in group]
+    metrics.update(step_stats.rollout_metrics(flat))
+    metrics.update(step_stats.judge_metrics(breakdowns, self.config.reward.shortcut_threshold))
+    stale = pipeline.staleness(groups, step)  # [P, G]
+    fresh = pipeline.fresh_groups(stale, self.max_staleness)  # [P, 1]
+    metrics.update(pipeline.staleness_metrics(stale, fresh, groups))
+    self.log.writer.histogram(step + 1, "rollout/staleness", stale[fresh[:, 0]],
+                              limits=np.arange(self.max_staleness + 1) + 0.5)
+    batch, batch_metrics = self.build_batch(groups, breakdowns, fresh)
+    metrics.update(batch_metrics)
+    rollout_s = max(metrics["perf/rollout_s"], 1e-9)
+    metrics["perf/rollout_tokens_per_s"] = sum(len(t["token_ids"]) for t in flat) / rollout_s
+    metrics["perf/sampled_tokens_per_s"] = sum(sum(t["loss_mask"]) for t in flat) / rollout_s
+    return batch, metrics
+
   def run(self) -> dict:
     if self.start_step == 0 and self.config.train.eval_every:  # where held-out accuracy starts
       self.log.writer.scalars(0, self.evaluate(0))
     metrics: dict[str, Any] = {}
     self.first_metrics: dict[str, Any] = {}  # this process's first step, for the summary
-    g = self.config.data.group_size
-    for step in range(self.start_step, self.num_steps):
-      t0 = time.perf_counter()
-      records = self.loader.next()  # every process advances, so checkpoints agree
-      metrics, batch = {}, None
-      if self.lead:
-        groups, breakdowns, metrics = self.collect(records, g, step)
-        self.dump(step + 1, groups, breakdowns)  # numbered like the console, TB, checkpoints
-        flat = [t for group in groups for t in group]
-        metrics.update(step_stats.rollout_metrics(flat))
-        metrics.update(step_stats.judge_metrics(breakdowns,
-                                                self.config.reward.shortcut_threshold))
-        batch, batch_metrics = self.build_batch(groups, breakdowns)
-        metrics.update(batch_metrics)
-        rollout_tokens = sum(len(t["token_ids"]) for t in flat)  # prompts, turns, tool output
-        sampled_tokens = sum(sum(t["loss_mask"]) for t in flat)
-      batch = share_batch(batch)
-      t1 = time.perf_counter()
-      if batch is not None:
-        metrics.update(self.update(batch))
-      else:
-        logger.warning("step %d: no usable trajectory; optimizer step skipped", step)
-      metrics["train/skipped"] = float(batch is None)
-      t2 = time.perf_counter()
-      self.loop.run_until_complete(self.weight_sync.push(self.state.params, str(step + 1)))
-      t3 = time.perf_counter()
-      every, last = self.config.train.eval_every, step + 1 == self.num_steps
-      if every and ((step + 1) % every == 0 or last):
-        metrics.update(self.evaluate(step + 1))
-      if self.lead:
-        metrics.update({
-            **run_setup.perf_metrics(metrics, t2 - t1, t3 - t0), "perf/sync_s": t3 - t2,
-            "perf/rollout_tokens_per_s": rollout_tokens / max(metrics["perf/rollout_s"], 1e-9),
-            "perf/sampled_tokens_per_s": sampled_tokens / max(metrics["perf/rollout_s"], 1e-9)})
-        self.first_metrics = self.first_metrics or dict(metrics)
-      self.log.end_step(step + 1, metrics, self.state, self.loader.position)
+    self.pipe = pipeline.Pipeline(self.loader, self.submit_collection, start=self.start_step,
+                                  max_staleness=self.max_staleness, lead=self.lead)
+    try:
+      for step in range(self.start_step, self.num_steps):
+        metrics = self.step(step)
+    finally:
+      self.pipe.cancel()
+    return metrics
+
+  def step(self, step: int) -> dict:
+    """Step `step` (0-based): its collection (started up to k steps ago), the update, the
+    weight push, an evaluation when due, metrics and checkpoint. Returns its metrics."""
+    t0 = time.perf_counter()
+    self.pipe.launch_through(min(step + self.max_staleness, self.num_steps - 1))
+    collected, waited = self.pipe.take(step)  # every process drew the questions
+    metrics, batch = {}, None
+    if self.lead:
+      batch, metrics = self.judged(step, *collected)
+      metrics["perf/trainer_idle_s"] = waited
+    batch = share_batch(batch)
+    t1 = time.perf_counter()
+    if batch is not None:
+      metrics.update(self.update(batch))
+    else:
+      logger.warning("step %d: no usable trajectory; optimizer step skipped", step)
+    metrics["train/skipped"] = float(batch is None)
+    t2 = time.perf_counter()
+    self.loop.run(self.weight_sync.push(self.served(self.state.params), str(step + 1)))
+    t3 = time.perf_counter()
+    every, last = self.config.train.eval_every, step + 1 == self.num_steps
+    if every and ((step + 1) % every == 0 or last):
+      metrics.update(self.evaluate(step + 1))
+    if self.lead:
+      metrics.update({**run_setup.perf_metrics(metrics, t2 - t1, t3 - t0), "perf/sync_s": t3 - t2,
+                      "perf/rollout_idle_s": self.pipe.idle.take(),
+                      **self.judge.in_flight_peaks()})
+      self.first_metrics = self.first_metrics or dict(metrics)
+    self.log.end_step(step + 1, metrics, self.state, self.pipe.position)
     return metrics
 
   def close(self) -> None:
     self.log.close()
-    self.loop.run_until_complete(self._aclose())
+    self.loop.run(self._aclose())
     self.loop.close()
 
   async def _aclose(self) -> None:
     await self.engine.close()
     await self.judge.aclose()
+
+
+def check_staleness_config(config) -> int:
+  """`rollout.max_staleness`, checked: k >= 1 needs an importance correction for the stale
+  tokens (`loss.old_logprobs="rollout"`, or "trainer" with `importance_sampling="icepop"`)."""
+  k = config.rollout.max_staleness
+  if not isinstance(k, int) or k < 0:
+    raise ValueError(f"rollout.max_staleness must be an integer >= 0, got {k!r}")
+  if k and config.loss.old_logprobs == "trainer" and config.loss.importance_sampling == "none":
+    raise ValueError("rollout.max_staleness >= 1 trains on tokens an older policy sampled: set "
+                     "loss.importance_sampling='icepop' (or loss.old_logprobs='rollout')")
+  return k
 
 
 def train_and_evaluate(config, workdir: str) -> dict:

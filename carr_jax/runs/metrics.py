@@ -1,7 +1,7 @@
 """TensorBoard metrics for the trainer, written with the `tensorboard` package alone.
 
-`MetricsWriter(logdir)` writes event files that TensorBoard's SCALARS, TEXT, IMAGES and
-HPARAMS tabs read, using `EventFileWriter` and the protos in `tensorboard.compat.proto`
+`MetricsWriter(logdir)` writes event files that TensorBoard's SCALARS, HISTOGRAMS, TEXT,
+IMAGES and HPARAMS tabs read, using `EventFileWriter` and the protos in `tensorboard.compat.proto`
 (no TensorFlow, no torch). Only process 0 writes; on other processes the writer still
 validates its input (so a bad key fails on every host alike) and then does nothing.
 
@@ -18,6 +18,7 @@ N/M, ETA); `redact` masks secrets in a config before it is written anywhere
   writer = MetricsWriter(workdir)
   writer.hparams(config)                       # step 0: HPARAMS tab + a TEXT table
   writer.scalars(step, {"train/loss": 0.3, "perf/step_time_s": 1.2})
+  writer.histogram(step, "rollout/staleness", values, limits=[0.5, 1.5, 2.5])
   writer.close()
   # then: tensorboard --logdir <workdir> --host 127.0.0.1
 """
@@ -290,6 +291,19 @@ class MetricsWriter:
     values = [summary_pb2.Summary.Value(tag=validate_key(k), simple_value=_to_float(k, v))
               for k, v in metrics.items()]
     self._write(step, values)
+
+  def histogram(self, step: int, tag: str, values: Any, limits: Iterable[float]) -> None:
+    """Writes `values` as one histogram (HISTOGRAMS tab): bucket i counts the values in
+    (limits[i-1], limits[i]]; a last bucket up to the largest float takes the rest."""
+    values = np.asarray(values, np.float64).reshape(-1)
+    edges = [*map(float, limits), float(np.finfo(np.float64).max)]
+    counts = np.bincount(np.searchsorted(edges, values, side="left"), minlength=len(edges))
+    proto = summary_pb2.HistogramProto(
+        min=float(values.min()) if values.size else 0.0,
+        max=float(values.max()) if values.size else 0.0, num=float(values.size),
+        sum=float(values.sum()), sum_squares=float(np.square(values).sum()),
+        bucket_limit=edges, bucket=[float(c) for c in counts[:len(edges)]])
+    self._write(step, [summary_pb2.Summary.Value(tag=validate_key(tag), histo=proto)])
 
   def text(self, step: int, tag: str, text: str) -> None:
     """Writes markdown `text` under `tag` (TEXT tab)."""

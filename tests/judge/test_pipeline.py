@@ -105,6 +105,11 @@ def test_outcome_and_identification_run_concurrently_and_batches_overlap():
     items = [(ew.good_trajectory(extra=f"#{i}"), task) for i in range(8)]
     results = asyncio.run(judge.score_batch(items))
     assert server.max_in_flight >= 8  # the trajectories of a batch are judged together
+    peaks = judge.in_flight_peaks()  # what the trainer logs per step
+    assert peaks["judge/trajectories_in_flight_peak"] == 8
+    assert 8 <= peaks["judge/calls_in_flight_peak"] <= server.max_in_flight
+    assert judge.in_flight_peaks() == {"judge/trajectories_in_flight_peak": 0,
+                                       "judge/calls_in_flight_peak": 0}  # none since
   assert all(r.rubric_reward == 1.0 and r.outcome_reward == 1.0 for r in results)
 
 
