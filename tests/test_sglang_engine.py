@@ -215,6 +215,29 @@ def test_update_weights_confirms_served_version():
       run(go([a.url, b.url], "4"))
 
 
+def test_update_waits_for_requests_in_flight_and_holds_new_ones():
+  """Rollouts overlapping training: a request in flight at an update ends on the weights it
+  started with (reports the old version); one sent during the update waits and gets the new."""
+  async def go(url):
+    engine = SGLangEngine(url, **FAST)
+    try:
+      await engine.wait_until_ready(timeout=10)
+      early = asyncio.create_task(engine.generate(PROMPT, SamplingParams()))
+      await asyncio.sleep(0.1)  # answered after 0.4 s
+      update = asyncio.create_task(engine.update_weights_from_disk("/ckpt/step_1", "1"))
+      await asyncio.sleep(0.05)
+      late = await engine.generate(PROMPT, SamplingParams())
+      await update
+      return await early, late
+    finally:
+      await engine.close()
+
+  with ScriptedServer(delay=0.4) as server:
+    early, late = run(go(server.url))
+    assert (early.weight_version, late.weight_version) == ("v0", "1")
+    assert [path for path, _ in server.control] == ["/update_weights_from_disk", "/flush_cache"]
+
+
 def test_update_weights_flushes_old_cache_after_waiting_for_idle():
   """The flush is a separate /flush_cache?timeout call (SGLang's in-update flush is refused
   while the last batch is not yet retired); a flush that never happens fails the update."""

@@ -176,8 +176,10 @@ def check_tensorboard_serves(workdir):
 
 @pytest.mark.slow
 @pytest.mark.sglang
-def test_train_two_steps_with_a_real_sglang_server(tmp_path):
-  """The same 2 steps with rollouts from a real SGLang CPU server (weights synced each step)."""
+@pytest.mark.parametrize("k", [0, 1])
+def test_train_with_a_real_sglang_server(tmp_path, k):
+  """Rollouts from a real SGLang CPU server (weights synced each step): 2 synchronous steps,
+  or 3 with the rollouts one step ahead (`rollout.max_staleness=1`)."""
   from rollout.engines import sglang_launcher
   from tests.sglang_server import make_tiny_qwen3
   if not sglang_launcher.venv_python().exists():
@@ -185,22 +187,32 @@ def test_train_two_steps_with_a_real_sglang_server(tmp_path):
   model_dir = make_tiny_qwen3(tmp_path / "policy", seed=0)
   server = sglang_launcher.launch(str(model_dir), dtype="float32", context_length=1024,
                                   max_total_tokens=8192, timeout=300.0)
+  steps = 2 + k
+  overlap = [f"--config.rollout.max_staleness={k}", "--config.loss.importance_sampling=icepop",
+             f"--config.train.num_steps={steps}", "--config.train.eval_every=0"] if k else []
   try:
     workdir = tmp_path / "run"
     proc = subprocess.run(
         train_cmd(workdir, ["--config.rollout.engine=sglang",
                             f"--config.rollout.sglang_urls={server.url}",
                             f"--config.model.hf_path={model_dir}",
-                            "--config.checkpoint.every=2"]),
+                            f"--config.checkpoint.every={steps}", *overlap]),
         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "init source: hf_weights" in proc.stderr + proc.stdout
-    assert httpx.get(f"{server.url}/model_info", timeout=10).json()["weight_version"] == "2"
-    assert sorted(os.listdir(workdir / "sync")) == ["v2"]  # replaced exports are deleted
+    served = httpx.get(f"{server.url}/model_info", timeout=10).json()["weight_version"]
+    assert served == str(steps)
+    assert sorted(os.listdir(workdir / "sync")) == [f"v{steps}"]  # replaced exports deleted
     acc = scalars(workdir)
-    assert sorted({e.step for e in acc.Scalars("train/loss")}) == [1, 2]
-    rows = [json.loads(l) for l in open(workdir / "trajectories" / "step_2.jsonl")]
-    assert len(rows) == 4 and all(r["weight_version"] == "1" for r in rows)
-    assert all(r["status"] != "failed" for r in rows)
+    assert sorted({e.step for e in acc.Scalars("train/loss")}) == list(range(1, steps + 1))
+    for step in range(2, steps + 1):  # sampled at most k versions before the trained one
+      rows = [json.loads(l) for l in open(workdir / "trajectories" / f"step_{step}.jsonl")]
+      assert len(rows) == 4 and all(r["status"] != "failed" for r in rows)
+      assert {r["weight_version"] for r in rows} <= {str(v) for v in range(step - 1 - k, step)}
+      assert all(set(r["turn_weight_versions"]) <= {str(v) for v in range(step - 1 - k, step)}
+                 for r in rows)
+    if k:
+      assert [e.value for e in acc.Scalars("rollout/dropped_stale")] == [0.0] * steps
+      assert max(e.value for e in acc.Scalars("rollout/staleness_max")) <= k
   finally:
     server.stop()

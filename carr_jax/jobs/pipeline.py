@@ -10,14 +10,18 @@ engine serves version s - k:
 
 Staleness of a trajectory trained at step s: s - v, with v its oldest weight version (the first
 generated turn's, `weight_version`). A group holding a trajectory staler than k, or one whose
-version is not a step number, is dropped and counted (`rollout/dropped_stale`). No group is
-when the engine serves what the trainer pushed, since a collection starts at version >= s - k.
+version is not a step number, is dropped and counted (`rollout/dropped_stale`). While the
+engine serves what the trainer pushed none is, since a collection starts at version >= s - k.
 
-Partial rollouts: an episode whose weights change between two of its turns keeps every turn.
-Each turn records its version (`turn_weight_versions`) and its tokens' rollout log-probs come
-from that version, which the importance correction weighs against the trainer's
-(`loss.importance_sampling="icepop"`, required for k >= 1 with `loss.old_logprobs="trainer"`);
-its staleness counts from its oldest turn. `rollout/partial_share` counts them.
+Partial rollouts: an episode whose weights change between two of its turns is kept, every
+turn of it. A turn in flight when new weights are pushed ends on the weights it started with
+(the in-process engine finishes its running batch; the SGLang client holds new requests and
+waits for those in flight before the servers load, `rollout/engines/sglang.py`), so each turn
+records the version that sampled all of its tokens (`turn_weight_versions`), and its tokens'
+rollout log-probs are that version's, which the importance correction weighs against the
+trainer's (`loss.importance_sampling="icepop"`, required for k >= 1 with
+`loss.old_logprobs="trainer"`). The episode's staleness counts from its oldest turn;
+`rollout/partial_share` counts such episodes.
 
 Resume: the checkpoint after step s stores the loader position after step s's questions
 (`Pipeline.position`), not after the questions drawn ahead. Collections in flight at a kill are

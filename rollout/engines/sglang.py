@@ -26,9 +26,11 @@
 - Error text (a failed result's `error`, SGLangError, WeightUpdateError) passes through
   `carr_common.redaction.redact`: no API key, Authorization value or URL password reaches a
   trajectory record or a log, even when a server or gateway echoes one.
-- `update_weights_from_disk` loads new weights on every server, flushes the KV cache the old
-  weights produced, then confirms through `/model_info` that each reports the new
-  weight_version.  The flush is its own call, `/flush_cache?timeout=idle_timeout`, which waits
+- `update_weights_from_disk` holds back new /generate requests, waits for the ones in flight
+  to finish (each ends on the weights it started with, so its reported weight_version is
+  exact: a multi-turn episode records one version per turn), loads new weights on every
+  server, flushes the KV cache the old weights produced, then confirms through `/model_info`
+  that each reports the new weight_version; then the held requests go.  The flush is its own call, `/flush_cache?timeout=idle_timeout`, which waits
   for the server to go idle: SGLang's in-update flush (`flush_cache: true`) is refused when
   the scheduler has not yet retired the batch of the last answered /generate, so a sync right
   after a rollout failed with a 400 on a loaded machine (6 of 30 back-to-back updates on 2
@@ -61,6 +63,9 @@ from carr_common.http_retry import (AttemptFailed, GaveUp, LoopPool, RetryPolicy
 from carr_common.redaction import redact
 from rollout.engines.base import (QWEN3_VOCAB_SIZE, Engine, GenerationResult, SamplingParams,
                                   validate_token_ids)
+
+
+_POLL_S = 0.01  # s between looks at a held or draining engine
 
 
 class SGLangError(RuntimeError):
@@ -132,6 +137,8 @@ class SGLangEngine(Engine):
     self._tiebreak = itertools.count()
     self._rid_url: dict[str, tuple[str, str]] = {}  # our rid -> (url, rid sent to it)
     self._weight_version = ""
+    self._generating = 0  # /generate calls sent and not answered
+    self._held = False  # a weight update holds new /generate calls back
 
   # ------------------------------------------------------------------ transport
 
@@ -208,12 +215,16 @@ class SGLangEngine(Engine):
                               weight_version="", prompt_tokens=len(prompt_ids), rid=rid,
                               error=error, attempts=attempts)
 
+    while self._held:  # polled: an engine may serve several event loops
+      await asyncio.sleep(_POLL_S)
     async with self._pool.get()[1]:
+      self._generating += 1
       try:
         body, attempts = await self._call("POST", "/generate", payload, rid=rid)
       except SGLangError as e:
         return failed(str(e), e.attempts)
       finally:
+        self._generating -= 1
         self._rid_url.pop(rid, None)
     try:
       return parse_generate_response(body, rid, attempts)
@@ -288,8 +299,14 @@ class SGLangEngine(Engine):
         raise WeightUpdateError(f"{url}: serves weight_version {served!r} after the update, "
                                 f"expected {weight_version!r}")
 
-    await asyncio.gather(*(one(u) for u in self.urls))
-    self._weight_version = weight_version
+    self._held = True
+    try:
+      while self._generating:
+        await asyncio.sleep(_POLL_S)
+      await asyncio.gather(*(one(u) for u in self.urls))
+      self._weight_version = weight_version
+    finally:
+      self._held = False
 
   async def flush_cache(self, url: str) -> None:
     """Drops the server's KV/prefix cache once it is idle (waits up to `idle_timeout` s)."""

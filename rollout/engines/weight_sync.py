@@ -15,6 +15,7 @@ the caller's, so rollout needs no model code.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import shutil
@@ -48,7 +49,7 @@ class DiskSync:
 
   async def push(self, params: Any, version: str) -> None:
     path = os.path.join(self.export_dir, f"v{version}")
-    self.export(params, path)
+    await asyncio.to_thread(self.export, params, path)  # the loop serves rollouts meanwhile
     if not self.lead:
       return
     await self.engine.update_weights_from_disk(path, version)
