@@ -32,9 +32,10 @@
   server, flushes the KV cache the old weights produced, then confirms through `/model_info`
   that each reports the new weight_version; then the held requests go.  The flush is its own
   call, `/flush_cache?timeout=idle_timeout`, which waits for the server to go idle (under
-  overlapped rollouts it is idle only because requests are held): SGLang's in-update flush (`flush_cache: true`) is refused when
-  the scheduler has not yet retired the batch of the last answered /generate, so a sync right
-  after a rollout failed with a 400 on a loaded machine (6 of 30 back-to-back updates on 2
+  overlapped rollouts it is idle only because requests are held): SGLang's in-update flush
+  (`flush_cache: true`) is refused when the scheduler has not yet retired the batch of the
+  last answered /generate, so a sync right after a rollout failed with a 400 on a loaded
+  machine (6 of 30 back-to-back updates on 2
   busy cores, sglang 0.5.23).
 
 Log-probs and temperature (checked against HF in tests/test_sglang_engine.py,
