@@ -35,8 +35,7 @@
   overlapped rollouts it is idle only because requests are held): SGLang's in-update flush
   (`flush_cache: true`) is refused when the scheduler has not yet retired the batch of the
   last answered /generate, so a sync right after a rollout failed with a 400 on a loaded
-  machine (6 of 30 back-to-back updates on 2
-  busy cores, sglang 0.5.23).
+  machine (6 of 30 back-to-back updates on 2 busy cores, sglang 0.5.23).
 
 Log-probs and temperature (checked against HF in tests/test_sglang_engine.py,
 `test_logprobs_are_after_temperature`): sglang 0.5.23 returns log softmax(logits / T) of the
