@@ -3,6 +3,7 @@
   gauge = InFlight()
   with gauge:            # around each call
     ...
+  gauge.now              # in flight at this moment
   gauge.take_peak()      # the most at once since the previous take (then starts anew)
 
 Used within one event loop, and read from another thread: a lock keeps the count exact.

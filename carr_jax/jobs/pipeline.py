@@ -114,13 +114,11 @@ class Pipeline:
 
   `submit(records, step)` starts a collection and returns a concurrent.futures.Future of its
   result (called on the lead process only; other processes only draw, so every process's
-  loader position agrees).
+  loader position agrees). `max_staleness` comes checked (rl_train.check_staleness_config).
   """
 
   def __init__(self, loader: Any, submit: Callable[[list, int], concurrent.futures.Future],
                *, start: int, max_staleness: int, lead: bool, idle: IdleClock | None = None):
-    if max_staleness < 0:
-      raise ValueError(f"rollout.max_staleness must be >= 0, got {max_staleness}")
     self.loader, self.submit, self.max_staleness, self.lead = loader, submit, max_staleness, lead
     self.idle = idle or IdleClock()
     self._pending: dict[int, tuple[Any, dict]] = {}  # step -> (future or None, position after)

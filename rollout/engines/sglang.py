@@ -61,6 +61,7 @@ import httpx
 
 from carr_common.http_retry import (AttemptFailed, GaveUp, LoopPool, RetryPolicy, status_failure,
                                     with_retries)
+from carr_common.in_flight import InFlight
 from carr_common.redaction import redact
 from rollout.engines.base import (QWEN3_VOCAB_SIZE, Engine, GenerationResult, SamplingParams,
                                   validate_token_ids)
@@ -138,7 +139,7 @@ class SGLangEngine(Engine):
     self._tiebreak = itertools.count()
     self._rid_url: dict[str, tuple[str, str]] = {}  # our rid -> (url, rid sent to it)
     self._weight_version = ""
-    self._generating = 0  # /generate calls sent and not answered
+    self._generating = InFlight()  # /generate calls sent and not answered
     self._held = False  # a weight update holds new /generate calls back
 
   # ------------------------------------------------------------------ transport
@@ -219,13 +220,12 @@ class SGLangEngine(Engine):
     while self._held:  # polled: an engine may serve several event loops
       await asyncio.sleep(_POLL_S)
     async with self._pool.get()[1]:
-      self._generating += 1
       try:
-        body, attempts = await self._call("POST", "/generate", payload, rid=rid)
+        with self._generating:
+          body, attempts = await self._call("POST", "/generate", payload, rid=rid)
       except SGLangError as e:
         return failed(str(e), e.attempts)
       finally:
-        self._generating -= 1
         self._rid_url.pop(rid, None)
     try:
       return parse_generate_response(body, rid, attempts)
@@ -302,7 +302,7 @@ class SGLangEngine(Engine):
 
     self._held = True
     try:
-      while self._generating:
+      while self._generating.now:
         await asyncio.sleep(_POLL_S)
       await asyncio.gather(*(one(u) for u in self.urls))
       self._weight_version = weight_version
