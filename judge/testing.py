@@ -11,7 +11,8 @@ are recorded in `server.requests`.
 
 `canned_reply` answers any judge prompt validly (it reads the step kind and the expected keys
 that every judge prompt states). `python -m judge.testing --port P --delay 0.2` serves
-canned replies from a separate process (used by benchmarks/bench_judge.py).
+canned replies from a separate process (used by benchmarks/bench_judge.py); with
+`--max-delay 3` each call takes a uniform random time between the two (bench_overlap.py).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import random
 import re
 import socket
 import threading
@@ -138,9 +140,11 @@ class ScriptedServer(ServedApp):
   peak number of requests being answered at once (to check the client's concurrency bound).
   """
 
-  def __init__(self, script: Script, delay: float = 0.0):
+  def __init__(self, script: Script, delay: float = 0.0, max_delay: float | None = None,
+               seed: int = 0):
     self.script = script
-    self.delay = delay
+    self.delay, self.max_delay = delay, max_delay  # max_delay: uniform in [delay, max_delay]
+    self._rng = random.Random(seed)
     self.requests: list[dict] = []
     self.request_headers: list[dict[str, str]] = []
     self.in_flight = self.max_in_flight = 0
@@ -163,6 +167,11 @@ class ScriptedServer(ServedApp):
         reply = Reply(status=500, content=None, raw_body='{"error": "script exhausted"}')
     return Reply(reply) if isinstance(reply, str) else reply
 
+  def _base_delay(self) -> float:
+    if self.max_delay is None:
+      return self.delay
+    return self._rng.uniform(self.delay, self.max_delay)
+
   def _build_app(self) -> fastapi.FastAPI:
     app = fastapi.FastAPI()
 
@@ -177,7 +186,7 @@ class ScriptedServer(ServedApp):
       self.in_flight += 1  # one event loop: no lock needed between awaits
       self.max_in_flight = max(self.max_in_flight, self.in_flight)
       try:
-        await asyncio.sleep(self.delay + reply.delay)
+        await asyncio.sleep(self._base_delay() + reply.delay)
       finally:
         self.in_flight -= 1
       return _completion(reply)
@@ -196,12 +205,16 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
   p.add_argument("--port", type=int, required=True, help="port to listen on")
   p.add_argument("--delay", type=float, default=0.0, help="seconds per call (default: 0)")
+  p.add_argument("--max-delay", type=float, default=None,
+                 help="with it, each call takes a uniform random time in [delay, max-delay]")
   return p
 
 
 def main(argv: list[str] | None = None) -> None:
   args = parser().parse_args(argv)
-  server = ScriptedServer(canned_reply, delay=args.delay)
+  if args.max_delay is not None and args.max_delay < args.delay:
+    raise SystemExit(f"--max-delay {args.max_delay} is below --delay {args.delay}")
+  server = ScriptedServer(canned_reply, delay=args.delay, max_delay=args.max_delay)
   uvicorn.run(server.app, host=args.host, port=args.port, log_level="warning",
               access_log=False, lifespan="off")
 

@@ -14,3 +14,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import jax  # noqa: E402  (must come after XLA_FLAGS)
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+# The real SGLang server fixtures, defined once here: a module importing them would get its
+# own session server, alive (and polling a core) until the session ends.
+from tests.sglang_server import (sglang_server, sglang_session_server,  # noqa: E402,F401
+                                 tiny_qwen3_dirs)

@@ -1,10 +1,12 @@
 """Test helpers for the SGLang engine: tiny random Qwen3 checkpoints, a real server fixture,
 and a scripted stand-in HTTP server for the fast client tests.
 
-Import the fixtures into a test module (`from tests.sglang_server import sglang_server, ...`).
-`sglang_server` gives ONE real server per test session (CPU engine, fp32, 127.0.0.1, free
-port) on the first tiny model, restarts it if a test killed it, and stops it at the end; it
-skips with the reason when the SGLang venv (scripts/setup_sglang_cpu.sh) is missing.
+tests/conftest.py defines the fixtures for every test module (a module importing them would
+start its own session server). `sglang_server` gives ONE real server per test session (CPU
+engine, fp32, 127.0.0.1, free port, `--sleep-on-idle`: it idles through most of the session,
+and an idle server otherwise polls half a core away from the tests that run meanwhile) on the
+first tiny model, restarts it if a test killed it, and stops it at the end; it skips with the
+reason when the SGLang venv (scripts/setup_sglang_cpu.sh) is missing.
 `ScriptedServer` is a stdlib ThreadingHTTPServer imitating /generate, /health, /model_info,
 /update_weights_from_disk and /flush_cache, whose failures (5xx, dropped connections,
 delays) a test scripts per request.
@@ -67,7 +69,7 @@ class ServerHandle:
 
   def start(self) -> None:
     self.server = sglang_launcher.launch(str(self.model_path), self.port, dtype="float32",
-                                         timeout=300.0)
+                                         timeout=300.0, extra_args=("--sleep-on-idle",))
 
   def kill(self) -> None:
     """SIGKILL, as a crash would: no draining, in-flight requests lose their connection."""

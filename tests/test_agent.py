@@ -27,7 +27,6 @@ from rollout.engines.base import (QWEN3_VOCAB_SIZE, Engine, GenerationResult,
                                   validate_token_ids)
 from rollout.tools import BrowserSession
 from rollout.trajectory import check_record, read_jsonl, rollout_stats, write_jsonl
-from tests.sglang_server import sglang_server, sglang_session_server, tiny_qwen3_dirs  # noqa: F401
 from tests.test_tokenizer import qwen3_tokenizer
 
 NEWLINE_ID = 198

@@ -29,8 +29,7 @@ from rollout.engines import (InvalidTokenIdsError, SamplingParams, SGLangEngine,
                              WeightUpdateError)
 from rollout.engines.sglang import parse_generate_response
 from rollout.engines.sglang_launcher import free_port
-from tests.sglang_server import (ScriptedServer, sglang_server,  # noqa: F401  (fixtures)
-                                 sglang_session_server, tiny_qwen3_dirs)
+from tests.sglang_server import ScriptedServer
 
 PROMPT = [151644, 872, 198, 6023, 151645, 198, 151644, 77091, 198, 151667, 198]
 FAST = dict(backoff_base=0.01, backoff_max=0.05)

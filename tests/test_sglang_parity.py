@@ -18,7 +18,6 @@ from carr_jax.model.engine import JaxEngine
 from carr_jax.rl import loss as loss_lib
 from carr_jax.rl import train_step as ts
 from rollout.engines.sglang import SGLangEngine
-from tests.sglang_server import sglang_server, sglang_session_server, tiny_qwen3_dirs  # noqa: F401
 from tests.test_sglang_engine import GREEDY, PROMPT
 
 

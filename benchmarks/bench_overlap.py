@@ -1,0 +1,211 @@
+"""Overlapped rollouts and training (`rollout.max_staleness`): steps per hour at k = 0, 1, 2.
+
+Real parts, one core each: the trainer (`python -m carr_jax.train`, the in-repo demo config on
+the synthetic world) pinned to core 0; a real SGLang CPU server pinned to core 1 serving the
+policy, which the trainer updates through HF exports each step; the judge an OpenAI-compatible
+scripted server on 127.0.0.1 (judge/testing.py, canned valid replies, each call taking a
+uniform random 1-3 s), called by the trainer's LLM judge client over HTTP.
+
+The policy is a tiny random Qwen3 (untied, the real vocabulary) with three logits lifted
+through a constant residual dimension: </think>, <tool_call> and <|im_end|>, so a turn ends
+after ~30 tokens, mostly after closing its reasoning, and some turns open a tool call. Those
+calls are ill-formed (random text), and with `rollout.stop_on_ill_formed=False` the episode
+goes on after the error observation, so episodes run a few turns and most end with a reply
+the judge scores (outcome and rubric calls). The policy learns nothing here; it makes real
+multi-turn traffic.
+
+Peer, measured in the same run: the k = 0 run (the paper's synchronous step) and its limit.
+From its per-step phases (perf/rollout_s + perf/judge_s = collection c; perf/train_s +
+perf/sync_s = trainer t), the best overlap can reach (c + t) / max(c, t) of its speed.
+Steps per hour come from the wall time between the ends of step `--skip` and of the last
+step (TensorBoard event times), so start-up and compilation are left out.
+
+    .venv/bin/python benchmarks/bench_overlap.py [--steps 10 --skip 2 --ks 0,1,2]
+Needs the SGLang venv (scripts/setup_sglang_cpu.sh) and two cores. Not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from rollout.engines import sglang_launcher  # noqa: E402
+from tests.test_tokenizer import qwen3_tokenizer_dir  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+IM_END, TOOL_CALL, THINK_END = 151645, 151657, 151668  # Qwen3 token ids
+
+
+def talking_policy(path: pathlib.Path, seed: int, lifts: dict[int, float]):
+  """A random untied Qwen3 whose logits of the token ids in `lifts` are raised: residual dim 0
+  holds a constant (every embedding, no layer writes it), and only those lm_head rows read it,
+  with weight `lifts[id]`. Saved HF-style with the tokenizer files."""
+  import shutil
+
+  import torch
+  from transformers import Qwen3Config, Qwen3ForCausalLM
+  torch.manual_seed(seed)
+  config = Qwen3Config(
+      vocab_size=151_936, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+      tie_word_embeddings=False, rope_theta=5e6, rms_norm_eps=1e-6, bos_token_id=151643,
+      eos_token_id=IM_END)
+  model = Qwen3ForCausalLM(config).to(torch.float32).eval()
+  with torch.no_grad():
+    model.model.embed_tokens.weight[:, 0] = 1.0
+    for layer in model.model.layers:
+      layer.self_attn.o_proj.weight[0, :] = 0.0
+      layer.mlp.down_proj.weight[0, :] = 0.0
+    model.lm_head.weight[:, 0] = 0.0
+    for token, weight in lifts.items():
+      model.lm_head.weight[token, 0] = weight
+  model.save_pretrained(path)
+  for name in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(qwen3_tokenizer_dir() / name, path / name)
+  return path
+
+
+def judge_server(port: int, delay: float, max_delay: float, core: int) -> subprocess.Popen:
+  """The scripted judge (judge/testing.py) in its own process on `core`; waits for /health."""
+  import httpx
+  proc = subprocess.Popen(
+      ["taskset", "-c", str(core), sys.executable, "-m", "judge.testing", "--port", str(port),
+       "--delay", str(delay), "--max-delay", str(max_delay)], cwd=REPO,
+      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.monotonic() + 60
+  while True:
+    try:
+      if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+        return proc
+    except httpx.HTTPError:
+      pass
+    if time.monotonic() > deadline or proc.poll() is not None:
+      proc.kill()
+      raise RuntimeError("the scripted judge did not start")
+    time.sleep(0.5)
+
+
+def sglang_server(model_dir: pathlib.Path, core: int, log: pathlib.Path):
+  """A real SGLang CPU server whose processes all run on `core` (they inherit the affinity
+  this process has while it starts them)."""
+  everything = os.sched_getaffinity(0)
+  os.sched_setaffinity(0, {core})
+  try:
+    return sglang_launcher.launch(str(model_dir), dtype="float32", context_length=2048,
+                                  max_total_tokens=65536, max_running_requests=32,
+                                  timeout=600.0, log_path=log)
+  finally:
+    os.sched_setaffinity(0, everything)
+
+
+def train(k: int, workdir: pathlib.Path, args, model_dir, sglang_url, judge_url) -> None:
+  """One trainer run at max_staleness k, pinned to core 0; raises with its log tail."""
+  overrides = [
+      "--config.rollout.engine=sglang", f"--config.rollout.sglang_urls={sglang_url}",
+      f"--config.model.hf_path={model_dir}", "--config.model.output_vocab=full",
+      "--config.judge.backend=llm", f"--config.judge.base_url={judge_url}/v1",
+      "--config.judge.model=scripted", "--config.judge.api_key_env=",
+      "--config.judge.use_cache=False",
+      "--config.world.entities=60", f"--config.world.questions={2 * args.steps * args.prompts}",
+      f"--config.data.prompts_per_step={args.prompts}", f"--config.data.group_size={args.group}",
+      "--config.rollout.stop_on_ill_formed=False", "--config.rollout.max_turn_tokens=48",
+      "--config.rollout.max_context_tokens=2048", "--config.rollout.max_tool_calls=4",
+      "--config.batch.row_lengths=(2048,)",
+      f"--config.rollout.max_staleness={k}", "--config.loss.importance_sampling=icepop",
+      f"--config.train.num_steps={args.steps}", "--config.train.eval_every=0",
+      f"--config.checkpoint.every={args.steps}"]
+  log = workdir.with_suffix(".log")
+  with open(log, "w") as f:
+    proc = subprocess.run(
+        ["taskset", "-c", "0", sys.executable, "-m", "carr_jax.train", "--config",
+         "lab/configs/demo_cpu.py", "--workdir", str(workdir), *overrides],
+        cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"})
+  if proc.returncode:
+    raise RuntimeError(f"k={k} failed:\n{log.read_text()[-3000:]}")
+
+
+def read_run(workdir: pathlib.Path, skip: int) -> dict[str, float]:
+  """Seconds per step after step `skip` (event wall times) and the mean per-step metrics."""
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+  acc = EventAccumulator(str(workdir / "tb"), size_guidance={"scalars": 0})
+  acc.Reload()
+  ends = {e.step: e.wall_time for e in acc.Scalars("train/loss")}
+  last = max(ends)
+  out = {"s_per_step": (ends[last] - ends[skip]) / (last - skip)}
+  for tag in ("perf/rollout_s", "perf/judge_s", "perf/train_s", "perf/sync_s",
+              "perf/trainer_idle_s", "perf/rollout_idle_s", "rollout/staleness_mean",
+              "rollout/partial_share", "rollout/dropped_stale", "rollout/turns", "rollout/completed_rate",
+              "judge/calls_in_flight_peak", "rollout/response_tokens"):
+    if tag in acc.Tags()["scalars"]:
+      out[tag] = statistics.mean(e.value for e in acc.Scalars(tag) if e.step > skip)
+  return out
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--steps", type=int, default=10)
+  p.add_argument("--skip", type=int, default=2, help="steps left out of the timing")
+  p.add_argument("--ks", default="0,1,2", help="max_staleness values; the first is the peer")
+  p.add_argument("--prompts", type=int, default=4)
+  p.add_argument("--group", type=int, default=8)
+  p.add_argument("--delay", type=float, default=1.0, help="judge seconds per call, least")
+  p.add_argument("--max-delay", type=float, default=3.0, help="judge seconds per call, most")
+  p.add_argument("--lifts", default="1.32,1.12,1.17",
+                 help="lm_head weights of </think>, <tool_call>, <|im_end|> on the constant")
+  p.add_argument("--out", default="", help="kept work dir (default: a temporary one)")
+  args = p.parse_args()
+  ks = [int(k) for k in args.ks.split(",")]
+  if len(os.sched_getaffinity(0)) < 2:
+    raise SystemExit("needs two cores: the trainer on core 0, SGLang and the judge on core 1")
+  out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="bench_overlap_"))
+  out.mkdir(parents=True, exist_ok=True)
+  lifts = dict(zip((THINK_END, TOOL_CALL, IM_END), map(float, args.lifts.split(","))))
+  model_dir = talking_policy(out / "policy", 0, lifts)
+  port = sglang_launcher.free_port()
+  judge = judge_server(port, args.delay, args.max_delay, core=1)
+  server = sglang_server(model_dir, core=1, log=out / "sglang.log")
+  results = {}
+  try:
+    for k in ks:
+      train(k, out / f"k{k}", args, model_dir, server.url, f"http://127.0.0.1:{port}")
+      results[k] = read_run(out / f"k{k}", args.skip)
+  finally:
+    server.stop()
+    judge.kill()
+  report(results, ks[0], args)
+
+
+def report(results: dict[int, dict], peer: int, args) -> None:
+  base = results[peer]
+  collect = base["perf/rollout_s"] + base["perf/judge_s"]
+  trainer = base["perf/train_s"] + base["perf/sync_s"]
+  limit = (collect + trainer) / max(collect, trainer)
+  print(f"k={peer} phases per step (steps {args.skip + 1}-{args.steps}): rollout "
+        f"{base['perf/rollout_s']:.2f} s + judge {base['perf/judge_s']:.2f} s = {collect:.2f} s;"
+        f" train {base['perf/train_s']:.2f} s + sync {base['perf/sync_s']:.2f} s = "
+        f"{trainer:.2f} s; limit of overlap (c + t) / max(c, t) = {limit:.2f}x")
+  for k, r in results.items():
+    print(f"k={k}: {3600 / r['s_per_step']:6.0f} steps/h ({r['s_per_step']:.2f} s/step)  "
+          f"trainer idle {r.get('perf/trainer_idle_s', 0):.2f} s  rollout idle "
+          f"{r.get('perf/rollout_idle_s', 0):.2f} s  staleness {r.get('rollout/staleness_mean', 0):.2f}"
+          f"  partial {r.get('rollout/partial_share', 0):.2f}  dropped "
+          f"{r.get('rollout/dropped_stale', 0):.1f}  turns {r.get('rollout/turns', 0):.2f}  "
+          f"sampled tokens {r.get('rollout/response_tokens', 0):.0f}  completed "
+          f"{r.get('rollout/completed_rate', 0):.2f}  "
+          f"judge calls in flight (peak) {r.get('judge/calls_in_flight_peak', 0):.0f}")
+  for k, r in results.items():
+    if k != peer:
+      print(f"ratio k={k} / k={peer}: {base['s_per_step'] / r['s_per_step']:.2f}x "
+            f"(limit {limit:.2f}x)")
+
+
+if __name__ == "__main__":
+  main()
