@@ -20,7 +20,7 @@ perf/sync_s = trainer t), the best overlap can reach (c + t) / max(c, t) of its 
 Steps per hour come from the wall time between the ends of step `--skip` and of the last
 step (TensorBoard event times), so start-up and compilation are left out.
 
-    .venv/bin/python benchmarks/bench_overlap.py [--steps 10 --skip 2 --ks 0,1,2]
+    .venv/bin/python benchmarks/bench_overlap.py [--steps 14 --skip 4 --ks 0,1,2]
 Needs the SGLang venv (scripts/setup_sglang_cpu.sh) and two cores. Not a test.
 """
 from __future__ import annotations
@@ -72,6 +72,32 @@ def talking_policy(path: pathlib.Path, seed: int, lifts: dict[int, float]):
   return path
 
 
+# An output-layer product, as both sides mostly run: 8 hidden states [8, 64] through a
+# [64, 151936] fp32 unembedding (39 MB, streamed from memory each time).
+_MATMULS = ("import time\nimport numpy as np\nh = np.random.rand(8, 64).astype('f4')\n"
+            "w = np.random.rand(64, 151936).astype('f4')\n"
+            "n, end = 0, time.perf_counter() + {s}\nwhile time.perf_counter() < end:\n"
+            "  h @ w\n  n += 1\nprint(n / {s})\n")
+
+
+def core_interference(seconds: float = 6.0) -> float:
+  """Single-threaded output-layer products per second on core 0 while core 1 runs the same
+  loop, over those alone (1.0: the cores do not slow each other; a VM's two vCPUs may share a
+  physical core or its memory bandwidth)."""
+  env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+         "MKL_NUM_THREADS": "1"}
+
+  def matmuls(core: int, s: float) -> subprocess.Popen:
+    return subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c",
+                             _MATMULS.format(s=s)], env=env, stdout=subprocess.PIPE, text=True)
+  alone = float(matmuls(0, seconds).communicate()[0])
+  other = matmuls(1, seconds + 2)
+  time.sleep(1.0)
+  shared = float(matmuls(0, seconds).communicate()[0])
+  other.communicate()
+  return shared / alone
+
+
 def judge_server(port: int, delay: float, max_delay: float, core: int) -> subprocess.Popen:
   """The scripted judge (judge/testing.py) in its own process on `core`; waits for /health."""
   import httpx
@@ -117,7 +143,7 @@ def train(k: int, workdir: pathlib.Path, args, model_dir, sglang_url, judge_url)
       f"--config.data.prompts_per_step={args.prompts}", f"--config.data.group_size={args.group}",
       "--config.rollout.stop_on_ill_formed=False", "--config.rollout.max_turn_tokens=48",
       "--config.rollout.max_context_tokens=2048", "--config.rollout.max_tool_calls=4",
-      "--config.batch.row_lengths=(2048,)",
+      "--config.batch.row_lengths=(2048,)", "--config.batch.loss_positions_multiple=128",
       f"--config.rollout.max_staleness={k}", "--config.loss.importance_sampling=icepop",
       f"--config.train.num_steps={args.steps}", "--config.train.eval_every=0",
       f"--config.checkpoint.every={args.steps}"]
@@ -140,10 +166,7 @@ def read_run(workdir: pathlib.Path, skip: int) -> dict[str, float]:
   ends = {e.step: e.wall_time for e in acc.Scalars("train/loss")}
   last = max(ends)
   out = {"s_per_step": (ends[last] - ends[skip]) / (last - skip)}
-  for tag in ("perf/rollout_s", "perf/judge_s", "perf/train_s", "perf/sync_s",
-              "perf/trainer_idle_s", "perf/rollout_idle_s", "rollout/staleness_mean",
-              "rollout/partial_share", "rollout/dropped_stale", "rollout/turns", "rollout/completed_rate",
-              "judge/calls_in_flight_peak", "rollout/response_tokens"):
+  for tag in {"perf/sync_s", *(tag for _, tag, _ in _SHOWN)}:
     if tag in acc.Tags()["scalars"]:
       out[tag] = statistics.mean(e.value for e in acc.Scalars(tag) if e.step > skip)
   return out
@@ -151,8 +174,8 @@ def read_run(workdir: pathlib.Path, skip: int) -> dict[str, float]:
 
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--steps", type=int, default=10)
-  p.add_argument("--skip", type=int, default=2, help="steps left out of the timing")
+  p.add_argument("--steps", type=int, default=14)
+  p.add_argument("--skip", type=int, default=4, help="steps left out of the timing (compiles)")
   p.add_argument("--ks", default="0,1,2", help="max_staleness values; the first is the peer")
   p.add_argument("--prompts", type=int, default=4)
   p.add_argument("--group", type=int, default=8)
@@ -165,6 +188,7 @@ def main() -> None:
   ks = [int(k) for k in args.ks.split(",")]
   if len(os.sched_getaffinity(0)) < 2:
     raise SystemExit("needs two cores: the trainer on core 0, SGLang and the judge on core 1")
+  interference = core_interference()
   out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="bench_overlap_"))
   out.mkdir(parents=True, exist_ok=True)
   lifts = dict(zip((THINK_END, TOOL_CALL, IM_END), map(float, args.lifts.split(","))))
@@ -180,27 +204,32 @@ def main() -> None:
   finally:
     server.stop()
     judge.kill()
-  report(results, ks[0], args)
+  report(results, ks[0], args, interference)
 
 
-def report(results: dict[int, dict], peer: int, args) -> None:
+_SHOWN = (("rollout", "perf/rollout_s", ".1f"), ("judge", "perf/judge_s", ".1f"),
+          ("train", "perf/train_s", ".1f"), ("trainer idle", "perf/trainer_idle_s", ".1f"),
+          ("rollout idle", "perf/rollout_idle_s", ".1f"),
+          ("staleness", "rollout/staleness_mean", ".2f"),
+          ("partial", "rollout/partial_share", ".2f"), ("dropped", "rollout/dropped_stale", ".0f"),
+          ("turns", "rollout/turns", ".2f"), ("sampled tokens", "rollout/response_tokens", ".0f"),
+          ("completed", "rollout/completed_rate", ".2f"),
+          ("judge calls in flight, peak", "judge/calls_in_flight_peak", ".0f"))
+
+
+def report(results: dict[int, dict], peer: int, args, interference: float) -> None:
+  print(f"core 0's output-layer products while core 1 runs the same loop: {interference:.2f}x "
+        f"of its rate alone")
   base = results[peer]
   collect = base["perf/rollout_s"] + base["perf/judge_s"]
   trainer = base["perf/train_s"] + base["perf/sync_s"]
   limit = (collect + trainer) / max(collect, trainer)
-  print(f"k={peer} phases per step (steps {args.skip + 1}-{args.steps}): rollout "
-        f"{base['perf/rollout_s']:.2f} s + judge {base['perf/judge_s']:.2f} s = {collect:.2f} s;"
-        f" train {base['perf/train_s']:.2f} s + sync {base['perf/sync_s']:.2f} s = "
-        f"{trainer:.2f} s; limit of overlap (c + t) / max(c, t) = {limit:.2f}x")
+  print(f"k={peer}, steps {args.skip + 1}-{args.steps}: collection (rollout + judge) "
+        f"{collect:.2f} s, trainer (train + sync) {trainer:.2f} s; limit of overlap "
+        f"(c + t) / max(c, t) = {limit:.2f}x")
   for k, r in results.items():
-    print(f"k={k}: {3600 / r['s_per_step']:6.0f} steps/h ({r['s_per_step']:.2f} s/step)  "
-          f"trainer idle {r.get('perf/trainer_idle_s', 0):.2f} s  rollout idle "
-          f"{r.get('perf/rollout_idle_s', 0):.2f} s  staleness {r.get('rollout/staleness_mean', 0):.2f}"
-          f"  partial {r.get('rollout/partial_share', 0):.2f}  dropped "
-          f"{r.get('rollout/dropped_stale', 0):.1f}  turns {r.get('rollout/turns', 0):.2f}  "
-          f"sampled tokens {r.get('rollout/response_tokens', 0):.0f}  completed "
-          f"{r.get('rollout/completed_rate', 0):.2f}  "
-          f"judge calls in flight (peak) {r.get('judge/calls_in_flight_peak', 0):.0f}")
+    shown = "  ".join(f"{label} {r.get(tag, 0):{fmt}}" for label, tag, fmt in _SHOWN)
+    print(f"k={k}: {3600 / r['s_per_step']:5.0f} steps/h ({r['s_per_step']:.2f} s/step)  {shown}")
   for k, r in results.items():
     if k != peer:
       print(f"ratio k={k} / k={peer}: {base['s_per_step'] / r['s_per_step']:.2f}x "
