@@ -167,3 +167,15 @@ def test_no_key_variable_means_no_auth_header(monkeypatch):
   headers = server.request_headers[0]
   assert not {"authorization", "openai-organization", "openai-project"} & set(headers)
   assert "not-for-this-endpoint" not in json.dumps(headers)
+
+
+def test_scripted_server_delay_range_is_uniform_and_checked():
+  """`--max-delay` (the overlap benchmark's judge latency): each call draws its own delay in
+  [delay, max_delay]; a range below its floor is refused."""
+  from judge import testing
+  server = testing.ScriptedServer(testing.canned_reply, delay=1.0, max_delay=3.0, seed=1)
+  draws = [server._base_delay() for _ in range(200)]
+  assert 1.0 <= min(draws) < 1.2 and 2.8 < max(draws) <= 3.0
+  assert testing.ScriptedServer(testing.canned_reply, delay=0.5)._base_delay() == 0.5
+  with pytest.raises(SystemExit, match="below --delay"):
+    testing.main(["--port", "1", "--delay", "2", "--max-delay", "1"])
