@@ -21,7 +21,8 @@ records the version that sampled all of its tokens (`turn_weight_versions`), and
 rollout log-probs are that version's, which the importance correction weighs against the
 trainer's (`loss.importance_sampling="icepop"`, required for k >= 1 with
 `loss.old_logprobs="trainer"`). The episode's staleness counts from its oldest turn;
-`rollout/partial_share` counts such episodes.
+`rollout/partial_share` counts such episodes (on the main job at k = 1 with the in-process
+engine, 3-11 steps of 30 had some; docs/results.md).
 
 Resume: the checkpoint after step s stores the loader position after step s's questions
 (`Pipeline.position`), not after the questions drawn ahead. Collections in flight at a kill are
