@@ -1,6 +1,6 @@
 """Overlapped rollouts and training (`rollout.max_staleness`): steps per hour at k = 0, 1, 2.
 
-Real parts, one core each: the trainer (`python -m carr_jax.train`, the in-repo demo config on
+Real parts, one core each: the trainer (`python -m carr_jax.train`, lab/configs/demo_cpu.py on
 the synthetic world) pinned to core 0; a real SGLang CPU server pinned to core 1 serving the
 policy, which the trainer updates through HF exports each step; the judge an OpenAI-compatible
 scripted server on 127.0.0.1 (judge/testing.py, canned valid replies, each call taking a
@@ -8,11 +8,11 @@ uniform random 1-3 s), called by the trainer's LLM judge client over HTTP.
 
 The policy is a tiny random Qwen3 (untied, the real vocabulary) with three logits lifted
 through a constant residual dimension: </think>, <tool_call> and <|im_end|>, so a turn ends
-after ~30 tokens, mostly after closing its reasoning, and some turns open a tool call. Those
+after ~20 tokens, mostly after closing its reasoning, and some turns open a tool call. Those
 calls are ill-formed (random text), and with `rollout.stop_on_ill_formed=False` the episode
-goes on after the error observation, so episodes run a few turns and most end with a reply
-the judge scores (outcome and rubric calls). The policy learns nothing here; it makes real
-multi-turn traffic.
+goes on after the error observation, so episodes run 3-4 turns and ~60% end with a reply the
+judge scores (its outcome call; a reply that cites nothing needs no rubric call). The policy
+learns nothing here; it makes real multi-turn traffic.
 
 Peer, measured in the same run: the k = 0 run (the paper's synchronous step) and its limit.
 From its per-step phases (perf/rollout_s + perf/judge_s = collection c; perf/train_s +
@@ -195,14 +195,16 @@ def main() -> None:
   model_dir = talking_policy(out / "policy", 0, lifts)
   port = sglang_launcher.free_port()
   judge = judge_server(port, args.delay, args.max_delay, core=1)
-  server = sglang_server(model_dir, core=1, log=out / "sglang.log")
   results = {}
   try:
-    for k in ks:
-      train(k, out / f"k{k}", args, model_dir, server.url, f"http://127.0.0.1:{port}")
-      results[k] = read_run(out / f"k{k}", args.skip)
+    server = sglang_server(model_dir, core=1, log=out / "sglang.log")
+    try:
+      for k in ks:
+        train(k, out / f"k{k}", args, model_dir, server.url, f"http://127.0.0.1:{port}")
+        results[k] = read_run(out / f"k{k}", args.skip)
+    finally:
+      server.stop()
   finally:
-    server.stop()
     judge.kill()
   report(results, ks[0], args, interference)
 
