@@ -20,15 +20,12 @@ import argparse
 import asyncio
 import os
 import pathlib
-import socket
-import subprocess
 import sys
 import time
 
-import httpx
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import scripted_judge  # noqa: E402
 from benchmarks.judge_httpx_client import HttpxChatClient  # noqa: E402
 from judge import Judge, JudgeConfig  # noqa: E402
 from judge import example_world as ew  # noqa: E402
@@ -37,27 +34,6 @@ from judge.cache import JudgeCache  # noqa: E402
 from judge.llm import ChatClient  # noqa: E402
 
 TRANSPORTS = {"openai": ChatClient, "httpx": HttpxChatClient}
-
-
-def _free_port() -> int:
-  with socket.socket() as sock:
-    sock.bind(("127.0.0.1", 0))
-    return sock.getsockname()[1]
-
-
-def start_server(delay: float) -> tuple[subprocess.Popen, str]:
-  port = _free_port()
-  process = subprocess.Popen([sys.executable, "-m", "judge.testing", "--port", str(port),
-                              "--delay", str(delay)], cwd=pathlib.Path(__file__).parents[1])
-  url = f"http://127.0.0.1:{port}"
-  for _ in range(300):
-    try:
-      if httpx.get(url + "/health").status_code == 200:
-        return process, url + "/v1"
-    except httpx.TransportError:
-      time.sleep(0.1)
-  process.terminate()
-  raise RuntimeError("scripted server did not start")
 
 
 def trajectory(i: int) -> dict:
@@ -117,7 +93,7 @@ def row_line(row: dict, sequential: float | None) -> str:
 async def run(args) -> None:
   load = os.getloadavg()
   print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
-  process, base_url = start_server(args.delay)
+  process, base_url = scripted_judge(["--delay", str(args.delay)])
   try:
     task = ew.example_task()
     items = [(trajectory(i), task) for i in range(args.trajectories)]

@@ -36,6 +36,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import scripted_judge  # noqa: E402
 from rollout.engines import sglang_launcher  # noqa: E402
 from tests.test_tokenizer import qwen3_tokenizer_dir  # noqa: E402
 
@@ -98,26 +99,6 @@ def core_interference(seconds: float = 6.0) -> float:
   return shared / alone
 
 
-def judge_server(port: int, delay: float, max_delay: float, core: int) -> subprocess.Popen:
-  """The scripted judge (judge/testing.py) in its own process on `core`; waits for /health."""
-  import httpx
-  proc = subprocess.Popen(
-      ["taskset", "-c", str(core), sys.executable, "-m", "judge.testing", "--port", str(port),
-       "--delay", str(delay), "--max-delay", str(max_delay)], cwd=REPO,
-      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  deadline = time.monotonic() + 60
-  while True:
-    try:
-      if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-        return proc
-    except httpx.HTTPError:
-      pass
-    if time.monotonic() > deadline or proc.poll() is not None:
-      proc.kill()
-      raise RuntimeError("the scripted judge did not start")
-    time.sleep(0.5)
-
-
 def sglang_server(model_dir: pathlib.Path, core: int, log: pathlib.Path):
   """A real SGLang CPU server whose processes all run on `core` (they inherit the affinity
   this process has while it starts them)."""
@@ -131,12 +112,12 @@ def sglang_server(model_dir: pathlib.Path, core: int, log: pathlib.Path):
     os.sched_setaffinity(0, everything)
 
 
-def train(k: int, workdir: pathlib.Path, args, model_dir, sglang_url, judge_url) -> None:
+def train(k: int, workdir: pathlib.Path, args, model_dir, sglang_url, judge_base) -> None:
   """One trainer run at max_staleness k, pinned to core 0; raises with its log tail."""
   overrides = [
       "--config.rollout.engine=sglang", f"--config.rollout.sglang_urls={sglang_url}",
       f"--config.model.hf_path={model_dir}", "--config.model.output_vocab=full",
-      "--config.judge.backend=llm", f"--config.judge.base_url={judge_url}/v1",
+      "--config.judge.backend=llm", f"--config.judge.base_url={judge_base}",
       "--config.judge.model=scripted", "--config.judge.api_key_env=",
       "--config.judge.use_cache=False",
       "--config.world.entities=60", f"--config.world.questions={2 * args.steps * args.prompts}",
@@ -193,14 +174,14 @@ def main() -> None:
   out.mkdir(parents=True, exist_ok=True)
   lifts = dict(zip((THINK_END, TOOL_CALL, IM_END), map(float, args.lifts.split(","))))
   model_dir = talking_policy(out / "policy", 0, lifts)
-  port = sglang_launcher.free_port()
-  judge = judge_server(port, args.delay, args.max_delay, core=1)
+  judge, judge_base = scripted_judge(["--delay", str(args.delay), "--max-delay",
+                                      str(args.max_delay)], prefix=["taskset", "-c", "1"])
   results = {}
   try:
     server = sglang_server(model_dir, core=1, log=out / "sglang.log")
     try:
       for k in ks:
-        train(k, out / f"k{k}", args, model_dir, server.url, f"http://127.0.0.1:{port}")
+        train(k, out / f"k{k}", args, model_dir, server.url, judge_base)
         results[k] = read_run(out / f"k{k}", args.skip)
     finally:
       server.stop()

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,3 +66,25 @@ def hf_qwen3(preset: str):
       tie_word_embeddings=c.tie_word_embeddings, attn_implementation="sdpa")
   torch.set_num_threads(os.cpu_count())
   return transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.float32), c
+
+
+def scripted_judge(args: list[str], prefix: list[str] = (),
+                   timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+  """`python -m judge.testing ARGS` (canned valid judge replies) on a free 127.0.0.1 port, in
+  its own process (after `prefix`, e.g. a taskset), once /health answers. Returns (the
+  process, its OpenAI base URL); the caller ends the process."""
+  import httpx
+  with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+  process = subprocess.Popen([*prefix, sys.executable, "-m", "judge.testing", "--port",
+                              str(port), *args], cwd=REPO)
+  url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + timeout
+  while process.poll() is None and time.monotonic() < deadline:
+    try:
+      if httpx.get(url + "/health", timeout=2).status_code == 200:
+        return process, url + "/v1"
+    except httpx.TransportError:
+      time.sleep(0.1)
+  process.kill()
+  raise RuntimeError("the scripted judge server did not start")
