@@ -125,7 +125,8 @@ def train(k: int, workdir: pathlib.Path, args, model_dir, sglang_url, judge_base
       "--config.rollout.stop_on_ill_formed=False", "--config.rollout.max_turn_tokens=48",
       "--config.rollout.max_context_tokens=2048", "--config.rollout.max_tool_calls=4",
       "--config.batch.row_lengths=(2048,)", "--config.batch.loss_positions_multiple=128",
-      f"--config.rollout.max_staleness={k}", "--config.loss.importance_sampling=icepop",
+      f"--config.rollout.max_staleness={k}", "--config.loss.old_logprobs=rollout",
+      "--config.loss.importance_sampling=none",
       f"--config.train.num_steps={args.steps}", "--config.train.eval_every=0",
       f"--config.checkpoint.every={args.steps}"]
   log = workdir.with_suffix(".log")

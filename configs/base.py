@@ -100,7 +100,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.max_batch = 64  # in-process engine: requests generated together
   c.rollout.dump_trajectories = True  # workdir/trajectories/step_N.jsonl, N as the step
   c.rollout.max_staleness = 0  # collections run up to k steps ahead of training (0: the
-  # paper's synchronous step; carr_jax/jobs/pipeline.py)
+  # paper's synchronous step; carr_jax/jobs/pipeline.py). k >= 1 needs a correction for stale
+  # tokens; the measured one is loss.old_logprobs="rollout" with importance_sampling="none"
 
   c.tools = ml_collections.ConfigDict()
   c.tools.backend = "corpus"  # "corpus" (offline BM25) | "web" (search + reader APIs)

@@ -77,7 +77,11 @@ method_args() {  # the RL arguments of method $1 (its label: shortcuts.py METHOD
     noconn) echo "--config.reward.mode=paper --config.judge.require_connected=False" ;;
     rubric) echo "--config.reward.mode=paper --config.reward.alpha=1.0" ;;
     alpha01) echo "--config.reward.mode=paper --config.reward.alpha=0.1" ;;
-    *) echo "unknown method $1 (grpo, cgrpo, noconn, rubric, alpha01)" >&2; return 2 ;;
+    overlap) echo "--config.reward.mode=paper --config.rollout.max_staleness=1" \
+      "--config.loss.old_logprobs=rollout --config.loss.importance_sampling=none" ;;
+    overlapice) echo "--config.reward.mode=paper --config.rollout.max_staleness=1" ;;
+    *) echo "unknown method $1 (grpo, cgrpo, noconn, rubric, alpha01, overlap, overlapice)" >&2
+      return 2 ;;
   esac
 }
 cmd() {  # the RL command of method $1

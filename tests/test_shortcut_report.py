@@ -102,3 +102,20 @@ def test_a_method_set_with_the_ablations(tmp_path):
   with pytest.raises(ValueError, match="methods must be"):
     shortcut_report.summarize(str(tmp_path), methods=("grpo", "ppo"))
   assert report_cli.main([str(tmp_path), "--methods", "grpo,cgrpo,noconn,rubric"]) == 0
+
+
+def test_paired_end_difference_against_the_first_method(tmp_path):
+  """vs_first: each method's last held-out accuracy minus the first method's, same seed,
+  paired over the questions (worked by hand: differences [0.5, 0, 0, 0] -> 0.125 +- 0.125)."""
+  for m, last in (("cgrpo", [0.5, 1.0, 1.0, 0.0]), ("overlap", [1.0, 1.0, 1.0, 0.0])):
+    workdir = str(tmp_path / f"{m}_seed0")
+    _run(workdir, [1.0, 1.0], 0.5, 0.5)
+    heldout.save(workdir, 3, np.array(last), 4,
+                 {"eval/accuracy": float(np.mean(last)), "eval/shortcut_admitting_rate": 0.0,
+                  "eval/cited_pages": 1.0})
+  summary = shortcut_report.write_report(str(tmp_path), methods=("cgrpo", "overlap"))
+  assert summary["cgrpo"]["vs_first"] == [0.0] and summary["cgrpo"]["vs_first_se"] == [0.0]
+  assert summary["overlap"]["vs_first"] == pytest.approx([0.125])
+  assert summary["overlap"]["vs_first_se"] == pytest.approx([0.125])
+  header = (tmp_path / "table.md").read_text().splitlines()[0]
+  assert header == "| metric | C-GRPO | C-GRPO, k = 1 |"

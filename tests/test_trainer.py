@@ -188,7 +188,8 @@ def test_train_with_a_real_sglang_server(tmp_path, k):
   server = sglang_launcher.launch(str(model_dir), dtype="float32", context_length=1024,
                                   max_total_tokens=8192, timeout=300.0)
   steps = 2 + k
-  overlap = [f"--config.rollout.max_staleness={k}", "--config.loss.importance_sampling=icepop",
+  overlap = [f"--config.rollout.max_staleness={k}", "--config.loss.old_logprobs=rollout",
+             "--config.loss.importance_sampling=none",
              f"--config.train.num_steps={steps}", "--config.train.eval_every=0"] if k else []
   try:
     workdir = tmp_path / "run"

@@ -37,6 +37,10 @@ Metrics (per run; summary.json holds, per method, one value per seed in seed ord
                      rubric identified, supported by a cited page and connected to the answer
                      (on the chain world, the whole chain cited; `eval/full_chain_rate`).
   start_*            the same held-out measures at step 0 (the run's SFT policy).
+  vs_first, vs_first_se
+                     held-out accuracy at the last evaluation minus that of the first method
+                     of `--methods` from the same seed, paired over the questions, and its
+                     standard error (0 for the first method itself).
 Per step (the plot, and `steps` in summary.json): outcome reward, rubric reward, tool calls per
 episode and the shortcut rate of the training rollouts (`judge/outcome_reward_mean`,
 `judge/rubric_reward_mean`, `rollout/tool_calls`, `judge/shortcut_rate`), and held-out
@@ -57,7 +61,8 @@ from carr_jax.runs import metrics
 
 # run-directory name -> label; the RL arguments of each: scripts/run_lanes.sh
 METHODS = {"grpo": "GRPO", "cgrpo": "C-GRPO", "noconn": "C-GRPO, no connectivity",
-           "rubric": "C-GRPO, a = 1.0", "alpha01": "C-GRPO, a = 0.1"}
+           "rubric": "C-GRPO, a = 1.0", "alpha01": "C-GRPO, a = 0.1",
+           "overlap": "C-GRPO, k = 1", "overlapice": "C-GRPO, k = 1, icepop"}
 COMPARISON = ("grpo", "cgrpo")  # the default method set
 _COLOURS = ("tab:orange", "tab:blue", "tab:green", "tab:red", "tab:purple")
 STEP_TAGS = {"outcome_reward": "judge/outcome_reward_mean",
@@ -70,7 +75,7 @@ SUMMARY_KEYS = ("start_heldout_accuracy", "heldout_accuracy", "heldout_gain", "h
                 "evidence_only_shortcut_answer", "start_shortcut_rate", "shortcut_rate",
                 "tool_calls_first", "tool_calls_last", "start_cited_pages", "cited_pages",
                 "start_answer_agrees_with_cited", "answer_agrees_with_cited",
-                "start_full_chain_rate", "full_chain_rate")
+                "start_full_chain_rate", "full_chain_rate", "vs_first", "vs_first_se")
 _RUN = re.compile(r"^(?P<method>[a-z0-9]+)_seed(?P<seed>\d+)$")
 
 
@@ -115,6 +120,7 @@ def run_summary(workdir: str) -> dict[str, Any]:
       "start_heldout_accuracy": first["eval/accuracy"],
       "start_shortcut_rate": first["eval/shortcut_admitting_rate"],
       "start_cited_pages": first["eval/cited_pages"],
+      "final_per_question": evals[-1]["per_question_accuracy"],
       "eval_steps": [r["step"] for r in evals],
       "heldout_accuracy_per_eval": [r["metrics"]["eval/accuracy"] for r in evals],
       "steps": steps,
@@ -143,6 +149,11 @@ def summarize(out_dir: str, wall_s: float | None = None,
     raise ValueError(f"{out_dir}: need <method>_seed<k> of every method in {list(methods)} "
                      f"for the same seeds, found {seed_sets}")
   per_run = {m: [run_summary(runs[m][s]) for s in seeds] for m in methods}
+  for m in methods:
+    for run, first in zip(per_run[m], per_run[methods[0]]):
+      vs = heldout.change(np.array(first["final_per_question"]),
+                          np.array(run["final_per_question"]))
+      run["vs_first"], run["vs_first_se"] = vs["difference"], vs["standard_error"]
   summary: dict[str, Any] = {"seeds": seeds, "wall_time_s": wall_s, "methods": list(methods)}
   for m in methods:
     summary[m] = {k: [r[k] for r in per_run[m]] for k in SUMMARY_KEYS}
