@@ -4,15 +4,19 @@ Real parts, one core each: the trainer (`python -m carr_jax.train`, lab/configs/
 the synthetic world) pinned to core 0; a real SGLang CPU server pinned to core 1 serving the
 policy, which the trainer updates through HF exports each step; the judge an OpenAI-compatible
 scripted server on 127.0.0.1 (judge/testing.py, canned valid replies, each call taking a
-uniform random 1-3 s), called by the trainer's LLM judge client over HTTP.
+uniform random `--delay` to `--max-delay` s, 1-3 s by default), called by the trainer's LLM
+judge client over HTTP.
 
 The policy is a tiny random Qwen3 (untied, the real vocabulary) with three logits lifted
 through a constant residual dimension: </think>, <tool_call> and <|im_end|>, so a turn ends
 after ~20 tokens, mostly after closing its reasoning, and some turns open a tool call. Those
 calls are ill-formed (random text), and with `rollout.stop_on_ill_formed=False` the episode
 goes on after the error observation, so episodes run 3-4 turns and ~60% end with a reply the
-judge scores (its outcome call; a reply that cites nothing needs no rubric call). The policy
-learns nothing here; it makes real multi-turn traffic.
+judge scores (its outcome call; a reply that cites nothing needs no rubric call). The learning
+rate is 0, so every k samples the same workload: the step still computes and applies its
+(zero) update, exports and pushes the weights with a new version, and staleness is counted as
+in training. (With the demo's rate the policies of different k drift apart: in a measured run
+k = 1's episodes ran 3.41 turns against k = 0's 3.78, and its train step was 12% shorter.)
 
 Peer, measured in the same run: the k = 0 run (the paper's synchronous step) and its limit.
 From its per-step phases (perf/rollout_s + perf/judge_s = collection c; perf/train_s +
@@ -126,7 +130,7 @@ def train(k: int, workdir: pathlib.Path, args, model_dir, sglang_url, judge_base
       "--config.rollout.max_context_tokens=2048", "--config.rollout.max_tool_calls=4",
       "--config.batch.row_lengths=(2048,)", "--config.batch.loss_positions_multiple=128",
       f"--config.rollout.max_staleness={k}", "--config.loss.old_logprobs=rollout",
-      "--config.loss.importance_sampling=none",
+      "--config.loss.importance_sampling=none", "--config.optim.learning_rate=0.0",
       f"--config.train.num_steps={args.steps}", "--config.train.eval_every=0",
       f"--config.checkpoint.every={args.steps}"]
   log = workdir.with_suffix(".log")

@@ -4,7 +4,9 @@
 #   1. cold-start SFT of the tiny policy (900 steps, the last 100 decaying the learning rate;
 #      10.5 min on 2 quiet cores) into $workdir/sft: an expert that searches the question's
 #      own glossary entry and cites it on one of two samples, and answers the relation's
-#      usual kind without a tool (the shortcut) on the other;
+#      usual kind without a tool (the shortcut) on the other; then a gate
+#      (scripts/cold_start.sh): SFT goes on by 200 steps, twice at most, while the policy does
+#      not copy the question's link into its query;
 #   2. 50 C-GRPO steps from that policy into $workdir/rl (~5.5 min), with the browser tools. It
 #      ends with held-out avg@4 at the start and the end, overall and on the evidence-only
 #      questions (where the shortcut is wrong); last line
@@ -27,8 +29,7 @@ workdir="$(realpath -m "${CARR_JAX_WORKDIR:-workdir/demo}")"
 seed="${CARR_JAX_SEED:-0}"
 init=()
 if [ "${CARR_JAX_DEMO_SFT:-1}" != 0 ]; then
-  "$venv/bin/python" -m carr_jax.sft --config lab/configs/lookup_cpu.py:sft \
-    --workdir "$workdir/sft" --config.seed="$seed"
+  bash scripts/cold_start.sh lab/configs/lookup_cpu.py:sft "$workdir/sft" "$seed"
   init=("--config.checkpoint.init_dir=$workdir/sft/checkpoints")
 fi
 exec "$venv/bin/python" -m carr_jax.train --config lab/configs/lookup_cpu.py:main \

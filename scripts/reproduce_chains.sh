@@ -2,8 +2,9 @@
 # The paper's comparison and ablations in miniature, on the chain world (lab/configs/chain_cpu.py:
 # every answer is two cited pages away, one rubric per page). For each seed k:
 #   1. the cold start, two SFT stages: the reference world's (lab/configs/lookup_cpu.py:sft,
-#      --config.seed=k) into OUT_DIR/ref_sft_seed<k>, then the chain world's from it
-#      (lab/configs/chain_cpu.py:sft, 300 steps) into OUT_DIR/sft_seed<k>;
+#      --config.seed=k, scripts/cold_start.sh's link-copy gate) into OUT_DIR/ref_sft_seed<k>,
+#      then the chain world's from it (lab/configs/chain_cpu.py:sft, 300 steps) into
+#      OUT_DIR/sft_seed<k>;
 #   2. from it, with the same seed and budget, one RL run per method into
 #      OUT_DIR/<method>_seed<k>, two at a time: grpo (outcome reward only), cgrpo (the paper,
 #      a = 0.3), noconn (C-GRPO, a supported rubric counts without connecting to the answer:
@@ -23,7 +24,7 @@ shift || true
 start=$(date +%s)
 seeds=(${CARR_JAX_SEEDS:-0 1 2})
 export CARR_JAX_METHODS="${CARR_JAX_METHODS:-grpo cgrpo noconn rubric}"
-bash scripts/run_lanes.sh sft "$out" lab/configs/lookup_cpu.py:sft --name ref_sft "${seeds[@]}"
+bash scripts/run_lanes.sh sft "$out" lab/configs/lookup_cpu.py:sft --name ref_sft --gate "${seeds[@]}"
 bash scripts/run_lanes.sh sft "$out" lab/configs/chain_cpu.py:sft --init ref_sft "${seeds[@]}"
 for seed in "${seeds[@]}"; do
   bash scripts/run_lanes.sh rl "$out" lab/configs/chain_cpu.py:main "$seed" \

@@ -2,8 +2,9 @@
 # The paper's claim in miniature, over seeds: GRPO (outcome reward only) against C-GRPO (the
 # paper's mode) on the reference world (lab/configs/lookup_cpu.py), where a tempting shortcut is
 # wrong on the evidence-only questions. For each seed k:
-#   1. the cold start (lab/configs/lookup_cpu.py:sft, --config.seed=k) into OUT_DIR/sft_seed<k>:
-#      the SFT seed moves the cold start the way another machine's float rounding does;
+#   1. the cold start (lab/configs/lookup_cpu.py:sft, --config.seed=k) into OUT_DIR/sft_seed<k>,
+#      with scripts/cold_start.sh's link-copy gate: the SFT seed moves the cold start the way
+#      another machine's float rounding does;
 #   2. from it, with the same seed and budget, C-GRPO into OUT_DIR/cgrpo_seed<k> and GRPO into
 #      OUT_DIR/grpo_seed<k>, side by side, on stale training pages (:stale: the page and the
 #      shortcut each right on ~80% of training questions); CARR_JAX_RL_VARIANT=main runs the
@@ -27,7 +28,7 @@ out="$(realpath -m "${1:-workdir/shortcuts}")"
 shift || true
 start=$(date +%s)
 seeds=(${CARR_JAX_SEEDS:-0 1 2})
-bash scripts/run_lanes.sh sft "$out" lab/configs/lookup_cpu.py:sft "${seeds[@]}"
+bash scripts/run_lanes.sh sft "$out" lab/configs/lookup_cpu.py:sft --gate "${seeds[@]}"
 for seed in "${seeds[@]}"; do
   bash scripts/run_lanes.sh rl "$out" "lab/configs/lookup_cpu.py:${CARR_JAX_RL_VARIANT:-stale}" \
     "$seed" "$out/sft_seed$seed/checkpoints" "$@"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The stages of a seeded experiment (scripts/reproduce_shortcuts.sh):
-#   run_lanes.sh sft OUT_DIR CONFIG [--name NAME] [--init FROM] SEED...
+#   run_lanes.sh sft OUT_DIR CONFIG [--name NAME] [--init FROM] [--gate] SEED...
 #                                                     cold-start SFT with --config.seed=SEED into
 #                                                     OUT_DIR/NAME_seed<SEED> (NAME: sft), two at
 #                                                     a time; with --init, from the checkpoints
-#                                                     of OUT_DIR/FROM_seed<SEED> (a second stage)
+#                                                     of OUT_DIR/FROM_seed<SEED> (a second stage);
+#                                                     with --gate, through scripts/cold_start.sh
+#                                                     (more steps until the link is copied)
 #   run_lanes.sh rl OUT_DIR CONFIG SEED INIT [ARGS]   GRPO and C-GRPO from checkpoint dir INIT,
 #                                                     side by side, into OUT_DIR/grpo_seed<SEED>
 #                                                     and OUT_DIR/cgrpo_seed<SEED>; with
@@ -45,11 +47,12 @@ pair() {  # pair "CMD_A" "CMD_B" LOG_A LOG_B: both at once, one core each; fails
 }
 
 if [ "$stage" = sft ]; then
-  name=sft from=""
+  name=sft from="" gate=""
   while [ $# -gt 0 ]; do
     case $1 in
       --name) name=$2; shift 2 ;;
       --init) from=$2; shift 2 ;;
+      --gate) gate=1; shift ;;
       *) break ;;
     esac
   done
@@ -59,7 +62,11 @@ if [ "$stage" = sft ]; then
     for seed in "${seeds[@]:i:2}"; do
       init=""
       if [ -n "$from" ]; then init=" --config.checkpoint.init_dir='$out/${from}_seed$seed/checkpoints'"; fi
-      cmds+=("'$py' -m carr_jax.sft --config '$config' --workdir '$out/${name}_seed$seed' --config.seed=$seed$init")
+      if [ -n "$gate" ]; then
+        cmds+=("bash scripts/cold_start.sh '$config' '$out/${name}_seed$seed' $seed$init")
+      else
+        cmds+=("'$py' -m carr_jax.sft --config '$config' --workdir '$out/${name}_seed$seed' --config.seed=$seed$init")
+      fi
       logs+=("$out/${name}_seed$seed.log")
     done
     pair "${cmds[0]}" "${cmds[1]:-}" "${logs[0]}" "${logs[1]:-/dev/null}"

@@ -1,0 +1,70 @@
+"""Does a cold start copy the question's link into its query? A gate before RL.
+
+    python -m lab.probes.link_copy --config lab/configs/lookup_cpu.py:sft \
+        --checkpoint workdir/demo/sft/checkpoints [--first 64] [--min 0.9]
+
+On the held-out questions from index `--first` on (default 64: past the `train.eval_questions`
+that the RL job evaluates, so the gate never looks at them), it feeds the "lookup" expert's
+searched episode up to each digit of the link in its first query and prints one line,
+
+    link_copy greedy_exact=<float> p_digits=<float> n=<questions> min=<float> pass=<0|1>
+
+(greedy_exact: the share of questions whose digits are all the likeliest next tokens;
+p_digits: the mean probability of all of them), then exits 0 when greedy_exact >= --min and 1
+below it. The copy is learned as a sudden transition at a seed- and machine-dependent SFT step
+(docs/results.md); `scripts/cold_start.sh` trains on until this gate passes.
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from carr_jax import cli
+from carr_jax.jobs import components
+from carr_jax.jobs import tasks as data_lib
+from carr_jax.jobs.evaluate import policy_params
+from lab.probes import kind_probe
+from rollout import chat
+
+
+def copy_rates(p: np.ndarray, top: np.ndarray, n: int) -> tuple[float, float]:
+  """(greedy exact, P(all digits)) from [N*D] per-digit probabilities and top-1 flags, the
+  rows of question i in order."""
+  p, top = p.reshape(n, -1), top.reshape(n, -1)  # [N, D]
+  return float(top.all(1).mean()), float(p.prod(1).mean())
+
+
+def _gate(args: argparse.Namespace) -> int:
+  config = args.config
+  cfg, vocab = components.model_config(config), components.output_vocab(config)
+  fmt = chat.ChatFormat(components.tokenizer(config))
+  _, records, corpus = data_lib.load_tasks(config)
+  records = records[args.first:]
+  if not records or "term" not in records[0]["metadata"]["gold"]:
+    raise cli.UsageError(f"no held-out question with a link from index {args.first} on: the "
+                         "gate needs a lookup or reference world with more held-out questions")
+  from rollout.tools.corpus import CorpusBackend
+  searched = kind_probe.expert_episodes(fmt, records, CorpusBackend.from_records(corpus), True)
+  tokens, lengths, targets = kind_probe.query_copy_inputs(fmt, searched)
+  params = policy_params(config, cfg, args.checkpoint)[0]
+  p, top = kind_probe.next_token_probs(params, cfg, vocab, tokens, lengths, targets)
+  exact, p_digits = copy_rates(p, top, len(records))
+  passed = exact >= args.min
+  print(f"link_copy greedy_exact={exact:.3f} p_digits={p_digits:.4f} n={len(records)} "
+        f"min={args.min} pass={int(passed)}")
+  return 0 if passed else 1
+
+
+def parser() -> argparse.ArgumentParser:
+  p = cli.parser("python -m lab.probes.link_copy", __doc__.split("\n")[0],
+                 config="The cold start's config (lab/configs/lookup_cpu.py:sft).")
+  p.add_argument("--checkpoint", required=True, help="checkpoint root or one step directory")
+  p.add_argument("--first", type=int, default=64,
+                 help="first held-out question probed (those before it are the RL evaluation's)")
+  p.add_argument("--min", type=float, default=0.9, help="greedy exact copy share that passes")
+  return p
+
+
+if __name__ == "__main__":
+  raise SystemExit(cli.run(_gate, parser()))
