@@ -23,7 +23,8 @@ measured to keep the main job's accuracy at k = 1, docs/results.md) they are the
 ratio's denominator, so each token's ratio is against the weights that sampled it; with
 "trainer", icepop weighs them against the trainer's. The episode's staleness counts from its
 oldest turn; `rollout/partial_share` counts such episodes (on the main job at k = 1 with
-the in-process engine, 3-11 steps of 30 had some on a CPU; docs/results.md).
+the in-process engine: 3-11 steps of 30 had some on a CPU, 34-46 of 50 on a GPU, where
+accuracy held; docs/results.md).
 
 Resume: the checkpoint after step s stores the loader position after step s's questions
 (`Pipeline.position`), not after the questions drawn ahead. Collections in flight at a kill are
