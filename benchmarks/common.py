@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import time
@@ -74,9 +73,9 @@ def scripted_judge(args: list[str], prefix: list[str] = (),
   its own process (after `prefix`, e.g. a taskset), once /health answers. Returns (the
   process, its OpenAI base URL); the caller ends the process."""
   import httpx
-  with socket.socket() as sock:
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
+
+  from rollout.engines.sglang_launcher import free_port
+  port = free_port()
   process = subprocess.Popen([*prefix, sys.executable, "-m", "judge.testing", "--port",
                               str(port), *args], cwd=REPO)
   url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + timeout

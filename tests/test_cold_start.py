@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from lab.probes import link_copy
+from lab.probes import kind_probe
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--config.sft.num_steps=6", "--config.optim.warmup_steps=1",
@@ -27,7 +27,7 @@ TINY = ["--config.sft.num_steps=6", "--config.optim.warmup_steps=1",
 def test_copy_rates_need_every_digit():
   p = np.array([0.9, 0.9, 0.9, 0.9, 0.2, 0.9])  # [N*D]: two questions of 3 digits
   top = np.array([True, True, True, True, False, True])
-  exact, p_digits = link_copy.copy_rates(p, top, 2)
+  exact, p_digits = kind_probe.copy_rates(p, top, 2)
   assert exact == 0.5  # the second question misses its middle digit
   assert p_digits == pytest.approx((0.9 ** 3 + 0.9 * 0.2 * 0.9) / 2)
 

@@ -142,14 +142,21 @@ def next_token_probs(params, cfg, vocab, tokens: np.ndarray, lengths: np.ndarray
   return p[np.arange(len(p)), columns], p.argmax(1) == columns
 
 
+def copy_rates(p: np.ndarray, top: np.ndarray, n: int) -> tuple[float, float]:
+  """(greedy exact, P(all digits)) from [N*D] per-digit probabilities and top-1 flags, the
+  rows of question i in order."""
+  p, top = p.reshape(n, -1), top.reshape(n, -1)  # [N, D]
+  return float(top.all(1).mean()), float(p.prod(1).mean())
+
+
 def print_query_copy(params, cfg, vocab, name: str, tokens, lengths, targets, n: int,
                      hop: int = 0) -> None:
   """The teacher-forced copy of a number into search `hop`'s query: P(every digit) and
   greedy exact."""
   p, top = next_token_probs(params, cfg, vocab, tokens, lengths, targets)  # [N*D] each
-  p, top = p.reshape(n, -1), top.reshape(n, -1)  # [N, D]
-  print(f"query copy, search {hop}: {name}: P(digits) {p.prod(1).mean():.4f} | greedy exact "
-        f"{top.all(1).mean():.3f} | P(digit k) {np.round(p.mean(0), 3).tolist()} | n={n}")
+  exact, p_digits = copy_rates(p, top, n)
+  print(f"query copy, search {hop}: {name}: P(digits) {p_digits:.4f} | greedy exact "
+        f"{exact:.3f} | P(digit k) {np.round(p.reshape(n, -1).mean(0), 3).tolist()} | n={n}")
 
 
 def relation_of(record: dict) -> str:

@@ -18,21 +18,12 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from carr_jax import cli
 from carr_jax.jobs import components
 from carr_jax.jobs import tasks as data_lib
 from carr_jax.jobs.evaluate import policy_params
 from lab.probes import kind_probe
 from rollout import chat
-
-
-def copy_rates(p: np.ndarray, top: np.ndarray, n: int) -> tuple[float, float]:
-  """(greedy exact, P(all digits)) from [N*D] per-digit probabilities and top-1 flags, the
-  rows of question i in order."""
-  p, top = p.reshape(n, -1), top.reshape(n, -1)  # [N, D]
-  return float(top.all(1).mean()), float(p.prod(1).mean())
 
 
 def _gate(args: argparse.Namespace) -> int:
@@ -49,7 +40,7 @@ def _gate(args: argparse.Namespace) -> int:
   tokens, lengths, targets = kind_probe.query_copy_inputs(fmt, searched)
   params = policy_params(config, cfg, args.checkpoint)[0]
   p, top = kind_probe.next_token_probs(params, cfg, vocab, tokens, lengths, targets)
-  exact, p_digits = copy_rates(p, top, len(records))
+  exact, p_digits = kind_probe.copy_rates(p, top, len(records))
   passed = exact >= args.min
   print(f"link_copy greedy_exact={exact:.3f} p_digits={p_digits:.4f} n={len(records)} "
         f"min={args.min} pass={int(passed)}")
