@@ -6,7 +6,6 @@ import glob
 import io
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from tensorboard.util import tensor_util
 
 from carr_common.redaction import REDACTED
 from carr_jax.runs import metrics
+from rollout.engines.sglang_launcher import free_port
 
 SECRET = "sk-unit-test-secret-0123456789"
 
@@ -225,17 +225,11 @@ def test_write_after_close_is_an_error(tmp_path):
     writer.scalars(1, {"train/loss": 1.0})
 
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 # "false": TensorBoard's Python reader; "auto": the default, its Rust data server if present.
 @pytest.mark.parametrize("load_fast", ["false", "auto"])
 def test_tensorboard_server_serves_the_tags(tmp_path, load_fast):
   _write_run(str(tmp_path), np.random.default_rng(1))
-  port = _free_port()
+  port = free_port()
   proc = subprocess.Popen(
       [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path),
        "--host", "127.0.0.1", "--port", str(port), "--load_fast", load_fast],

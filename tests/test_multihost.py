@@ -16,7 +16,6 @@ Loss, gradient norm and a parameter checksum must equal the single-process run.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -27,6 +26,7 @@ import optax
 import pytest
 from safetensors.numpy import load_file
 
+from rollout.engines.sglang_launcher import free_port
 from tests.test_train_step import make_batch, run_steps
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,17 +130,11 @@ def sft_run(mesh, steps=2):
   return state, metrics
 
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def run_two_processes(worker: str, out_dir, mesh=MESH) -> dict:
   """Runs PRELUDE + worker in processes 0 and 1; process 0's RESULT line, parsed."""
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO}
   env.pop("XLA_FLAGS", None)
-  script, port = PRELUDE + textwrap.dedent(worker), str(_free_port())
+  script, port = PRELUDE + textwrap.dedent(worker), str(free_port())
   procs = [subprocess.Popen([sys.executable, "-c", script, port, str(pid), str(out_dir),
                              json.dumps(mesh)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -12,7 +12,6 @@ loader's questions in order, each step's once, and TensorBoard shows the stalene
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ import time
 import httpx
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from rollout.engines.sglang_launcher import free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OVERRIDES = [
@@ -138,14 +139,8 @@ def test_overlapped_run_resumes_without_a_question_twice_or_skipped(tmp_path):
   assert "rollout/staleness" in acc.Tags()["histograms"]
 
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def check_tensorboard_serves(workdir):
-  port = _free_port()
+  port = free_port()
   tb = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir",
                          str(workdir / "tb"), "--host", "127.0.0.1", "--port", str(port),
                          "--load_fast", "false"], stdout=subprocess.DEVNULL,

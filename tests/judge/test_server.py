@@ -6,7 +6,6 @@ Run: python -m pytest tests/judge/test_server.py -q
 import asyncio
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from judge import Judge, JudgeConfig, to_request
 from judge import example_world as ew
 from judge.server import create_app
 from judge.testing import ScriptedServer, ServedApp
+from rollout.engines.sglang_launcher import free_port
 from tests.judge.oracle import oracle
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -140,12 +140,6 @@ def test_malformed_requests_get_400_naming_the_field():
     assert http.get("/metrics").json()["trajectories"] == 1
 
 
-def _free_port():
-  with socket.socket() as sock:
-    sock.bind(("127.0.0.1", 0))
-    return sock.getsockname()[1]
-
-
 def _wait_healthy(process: subprocess.Popen, url: str, timeout_s: float = 60) -> None:
   """Until the server process at `url` answers /health (fails if it exits or times out)."""
   deadline = time.monotonic() + timeout_s
@@ -160,7 +154,7 @@ def _wait_healthy(process: subprocess.Popen, url: str, timeout_s: float = 60) ->
 
 
 def test_module_entry_point_serves_on_loopback():
-  port = _free_port()
+  port = free_port()
   env = {**os.environ, "PYTHONPATH": str(ROOT)}
   process = subprocess.Popen([sys.executable, "-m", "judge.server", "--backend", "gold",
                               "--port", str(port)], cwd=ROOT, env=env,
