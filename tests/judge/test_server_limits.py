@@ -28,8 +28,9 @@ from judge import Judge, JudgeConfig, to_request
 from judge import example_world as ew
 from judge.server import create_app
 from judge.testing import Reply, ScriptedServer, ServedApp, canned_reply, prompt_kind
+from rollout.engines.sglang_launcher import free_port
 from tests.judge.test_fuzz import _mutate
-from tests.judge.test_server import ROOT, _free_port, _wait_healthy
+from tests.judge.test_server import ROOT, _wait_healthy
 
 LIMITS = dict(max_body_bytes=200_000, max_rubrics=50, max_history_messages=40,
               max_json_depth=24)
@@ -200,7 +201,7 @@ def test_health_answers_within_a_second_while_big_bodies_parse(kind):
   loop, 57-61 s and 16.8 s). The prober is its own process: polled from the sending loop, its
   first GET waited behind the uploads (1.07 s in CI, the server not the cause)."""
   body, count = _big_bodies(kind)
-  port = _free_port()
+  port = free_port()
   url = f"http://127.0.0.1:{port}"
   process = subprocess.Popen([sys.executable, "-m", "judge.server", "--backend", "gold",
                               "--port", str(port), "--max-body-bytes", str(10**8)], cwd=ROOT,
