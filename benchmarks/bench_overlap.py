@@ -11,20 +11,29 @@ The policy is a tiny random Qwen3 (untied, the real vocabulary) with three logit
 through a constant residual dimension: </think>, <tool_call> and <|im_end|>, so a turn ends
 after ~20 tokens, mostly after closing its reasoning, and some turns open a tool call. Those
 calls are ill-formed (random text), and with `rollout.stop_on_ill_formed=False` the episode
-goes on after the error observation, so episodes run 3-4 turns and ~60% end with a reply the
-judge scores (its outcome call; a reply that cites nothing needs no rubric call). The learning
-rate is 0, so every k samples the same workload: the step still computes and applies its
-(zero) update, exports and pushes the weights with a new version, and staleness is counted as
-in training. (With the demo's rate the policies of different k drift apart: in a measured run
-k = 1's episodes ran 3.41 turns against k = 0's 3.78, and its train step was 12% shorter.)
+goes on after the error observation, so episodes run 3-4 turns and ~55% end with a reply the
+judge scores (its outcome call; a reply that cites nothing needs no rubric call). Each step
+samples 2 questions x 8 (`--prompts`, `--group`): at that batch the collection and the train
+step take comparable time on two CPU cores, the case overlap is for (at 4 questions the
+train step is ~1.5x the collection and the limit is 1.45-1.66x; benchmarks/README.md). The
+learning rate is 0, so every k samples from the same policy: the step still computes and
+applies its (zero) update, exports and pushes the weights with a new version, and staleness
+is counted as in training. (With the demo's rate the policies of different k drift apart: in
+a measured run k = 1's episodes ran 3.41 turns against k = 0's 3.78, and its train step was
+12% shorter.) The episodes themselves still differ from run to run (the server's sampling is
+not seeded), by up to 0.6 turns per episode over 16 steps, so `--runs N` repeats every k N
+times, interleaved, and pairs the ratios by run.
 
 Peer, measured in the same run: the k = 0 run (the paper's synchronous step) and its limit.
 From its per-step phases (perf/rollout_s + perf/judge_s = collection c; perf/train_s +
 perf/sync_s = trainer t), the best overlap can reach (c + t) / max(c, t) of its speed.
 Steps per hour come from the wall time between the ends of step `--skip` and of the last
-step (TensorBoard event times), so start-up and compilation are left out.
+step (TensorBoard event times), so start-up and the compiles of the first shapes are left
+out. A packed batch's shape follows its episodes, so a new one can appear later: every run
+reads and fills one persistent compilation cache, first filled by an untimed k=<first> run
+(`--warmup`), so that a shape's compile does not land in one run's timed steps only.
 
-    .venv/bin/python benchmarks/bench_overlap.py [--steps 14 --skip 4 --ks 0,1,2]
+    .venv/bin/python benchmarks/bench_overlap.py [--steps 20 --skip 4 --ks 0,1,2 --runs 1]
 Needs the SGLang venv (scripts/setup_sglang_cpu.sh) and two cores. Not a test.
 """
 from __future__ import annotations
@@ -116,8 +125,11 @@ def sglang_server(model_dir: pathlib.Path, core: int, log: pathlib.Path):
     os.sched_setaffinity(0, everything)
 
 
-def train(k: int, workdir: pathlib.Path, args, model_dir, sglang_url, judge_base) -> None:
-  """One trainer run at max_staleness k, pinned to core 0; raises with its log tail."""
+def train(k: int, workdir: pathlib.Path, args, model_dir, sglang_url, judge_base,
+          compile_cache: pathlib.Path) -> None:
+  """One trainer run at max_staleness k, pinned to core 0, its XLA executables kept in and
+  read from `compile_cache` (JAX's persistent compilation cache, shared by every run); raises
+  with its log tail."""
   overrides = [
       "--config.rollout.engine=sglang", f"--config.rollout.sglang_urls={sglang_url}",
       f"--config.model.hf_path={model_dir}", "--config.model.output_vocab=full",
@@ -139,7 +151,8 @@ def train(k: int, workdir: pathlib.Path, args, model_dir, sglang_url, judge_base
         ["taskset", "-c", "0", sys.executable, "-m", "carr_jax.train", "--config",
          "lab/configs/demo_cpu.py", "--workdir", str(workdir), *overrides],
         cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
-        env={**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"})
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false",
+             "JAX_COMPILATION_CACHE_DIR": str(compile_cache)})
   if proc.returncode:
     raise RuntimeError(f"k={k} failed:\n{log.read_text()[-3000:]}")
 
@@ -160,15 +173,19 @@ def read_run(workdir: pathlib.Path, skip: int) -> dict[str, float]:
 
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--steps", type=int, default=14)
+  p.add_argument("--steps", type=int, default=20)
   p.add_argument("--skip", type=int, default=4, help="steps left out of the timing (compiles)")
   p.add_argument("--ks", default="0,1,2", help="max_staleness values; the first is the peer")
-  p.add_argument("--prompts", type=int, default=4)
+  p.add_argument("--runs", type=int, default=1,
+                 help="runs per k, interleaved (k order reversed on odd runs), paired by run")
+  p.add_argument("--prompts", type=int, default=2)
   p.add_argument("--group", type=int, default=8)
   p.add_argument("--delay", type=float, default=1.0, help="judge seconds per call, least")
   p.add_argument("--max-delay", type=float, default=3.0, help="judge seconds per call, most")
   p.add_argument("--lifts", default="1.32,1.12,1.17",
                  help="lm_head weights of </think>, <tool_call>, <|im_end|> on the constant")
+  p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
+                 help="first an untimed k=<first> run that fills the shared compile cache")
   p.add_argument("--out", default="", help="kept work dir (default: a temporary one)")
   args = p.parse_args()
   ks = [int(k) for k in args.ks.split(",")]
@@ -181,18 +198,30 @@ def main() -> None:
   model_dir = talking_policy(out / "policy", 0, lifts)
   judge, judge_base = scripted_judge(["--delay", str(args.delay), "--max-delay",
                                       str(args.max_delay)], prefix=["taskset", "-c", "1"])
-  results = {}
+  runs: list[dict[int, dict]] = []
   try:
     server = sglang_server(model_dir, core=1, log=out / "sglang.log")
     try:
-      for k in ks:
-        train(k, out / f"k{k}", args, model_dir, server.url, judge_base)
-        results[k] = read_run(out / f"k{k}", args.skip)
+      def train_run(k: int, workdir: pathlib.Path) -> None:
+        train(k, workdir, args, model_dir, server.url, judge_base, out / "compile_cache")
+      if args.warmup:
+        train_run(ks[0], out / "warmup")
+      for r in range(args.runs):
+        runs.append({})
+        for k in (ks if r % 2 == 0 else ks[::-1]):
+          workdir = out / (f"k{k}" if args.runs == 1 else f"run{r}_k{k}")
+          train_run(k, workdir)
+          runs[r][k] = read_run(workdir, args.skip)
     finally:
       server.stop()
   finally:
     judge.kill()
-  report(results, ks[0], args, interference)
+  print(f"core 0's output-layer products while core 1 runs the same loop: {interference:.2f}x "
+        f"of its rate alone")
+  for r, results in enumerate(runs):
+    report(r, results, ks[0], args)
+  if len(runs) > 1:
+    summarize(runs, ks)
 
 
 _SHOWN = (("rollout", "perf/rollout_s", ".1f"), ("judge", "perf/judge_s", ".1f"),
@@ -205,23 +234,44 @@ _SHOWN = (("rollout", "perf/rollout_s", ".1f"), ("judge", "perf/judge_s", ".1f")
           ("judge calls in flight, peak", "judge/calls_in_flight_peak", ".0f"))
 
 
-def report(results: dict[int, dict], peer: int, args, interference: float) -> None:
-  print(f"core 0's output-layer products while core 1 runs the same loop: {interference:.2f}x "
-        f"of its rate alone")
+def limit(peer: dict) -> float:
+  """(c + t) / max(c, t) from the peer's per-step phases: c = rollout + judge, t = train +
+  sync."""
+  collect = peer["perf/rollout_s"] + peer["perf/judge_s"]
+  trainer = peer["perf/train_s"] + peer["perf/sync_s"]
+  return (collect + trainer) / max(collect, trainer)
+
+
+def report(run: int, results: dict[int, dict], peer: int, args) -> None:
   base = results[peer]
-  collect = base["perf/rollout_s"] + base["perf/judge_s"]
-  trainer = base["perf/train_s"] + base["perf/sync_s"]
-  limit = (collect + trainer) / max(collect, trainer)
-  print(f"k={peer}, steps {args.skip + 1}-{args.steps}: collection (rollout + judge) "
-        f"{collect:.2f} s, trainer (train + sync) {trainer:.2f} s; limit of overlap "
-        f"(c + t) / max(c, t) = {limit:.2f}x")
-  for k, r in results.items():
+  print(f"run {run}, k={peer}, steps {args.skip + 1}-{args.steps}: collection (rollout + "
+        f"judge) {base['perf/rollout_s'] + base['perf/judge_s']:.2f} s, trainer (train + sync) "
+        f"{base['perf/train_s'] + base['perf/sync_s']:.2f} s; limit of overlap "
+        f"(c + t) / max(c, t) = {limit(base):.2f}x")
+  for k, r in sorted(results.items()):
     shown = "  ".join(f"{label} {r.get(tag, 0):{fmt}}" for label, tag, fmt in _SHOWN)
-    print(f"k={k}: {3600 / r['s_per_step']:5.0f} steps/h ({r['s_per_step']:.2f} s/step)  {shown}")
-  for k, r in results.items():
+    print(f"run {run}, k={k}: {3600 / r['s_per_step']:5.0f} steps/h ({r['s_per_step']:.2f} "
+          f"s/step)  {shown}")
+  for k, r in sorted(results.items()):
     if k != peer:
-      print(f"ratio k={k} / k={peer}: {base['s_per_step'] / r['s_per_step']:.2f}x "
-            f"(limit {limit:.2f}x)")
+      print(f"run {run}, ratio k={k} / k={peer}: {base['s_per_step'] / r['s_per_step']:.2f}x "
+            f"(limit {limit(base):.2f}x)")
+
+
+def summarize(runs: list[dict[int, dict]], ks: list[int]) -> None:
+  """Per k over runs: steps/h, and the ratio to the peer paired by run (mean +- s.e.)."""
+  def mean_se(xs: list[float], fmt: str = ".2f") -> str:
+    return f"{statistics.mean(xs):{fmt}} +- {statistics.stdev(xs) / len(xs) ** 0.5:{fmt}}"
+  limits = [limit(run[ks[0]]) for run in runs]
+  print(f"over {len(runs)} runs: limit {mean_se(limits)}x "
+        f"({', '.join(f'{x:.2f}' for x in limits)})")
+  for k in ks:
+    rates = [3600 / run[k]["s_per_step"] for run in runs]
+    line = f"k={k}: steps/h {mean_se(rates, '.0f')}"
+    if k != ks[0]:
+      ratios = [run[ks[0]]["s_per_step"] / run[k]["s_per_step"] for run in runs]
+      line += f"; ratio to k={ks[0]} {mean_se(ratios)}x ({', '.join(f'{x:.2f}' for x in ratios)})"
+    print(line)
 
 
 if __name__ == "__main__":
