@@ -234,12 +234,22 @@ _SHOWN = (("rollout", "perf/rollout_s", ".1f"), ("judge", "perf/judge_s", ".1f")
           ("judge calls in flight, peak", "judge/calls_in_flight_peak", ".0f"))
 
 
+def trainer_s(run: dict) -> float:
+  """The trainer's phase per step, t = train + sync."""
+  return run["perf/train_s"] + run["perf/sync_s"]
+
+
 def limit(peer: dict) -> float:
-  """(c + t) / max(c, t) from the peer's per-step phases: c = rollout + judge, t = train +
-  sync."""
+  """(c + t) / max(c, t) from the peer's per-step phases: c = rollout + judge, t = trainer."""
   collect = peer["perf/rollout_s"] + peer["perf/judge_s"]
-  trainer = peer["perf/train_s"] + peer["perf/sync_s"]
-  return (collect + trainer) / max(collect, trainer)
+  return (collect + trainer_s(peer)) / max(collect, trainer_s(peer))
+
+
+def matched(peer: dict, run: dict) -> float:
+  """The ratio with the workload difference taken out: the peer's step time over the peer's
+  trainer phase times `run`'s step / trainer-phase factor (1.0: its step is all training).
+  Two runs sample different episodes; this reads each side against its own train steps."""
+  return peer["s_per_step"] / (trainer_s(peer) * run["s_per_step"] / trainer_s(run))
 
 
 def report(run: int, results: dict[int, dict], peer: int, args) -> None:
@@ -255,7 +265,7 @@ def report(run: int, results: dict[int, dict], peer: int, args) -> None:
   for k, r in sorted(results.items()):
     if k != peer:
       print(f"run {run}, ratio k={k} / k={peer}: {base['s_per_step'] / r['s_per_step']:.2f}x "
-            f"(limit {limit(base):.2f}x)")
+            f"(limit {limit(base):.2f}x; workload-matched {matched(base, r):.2f}x)")
 
 
 def summarize(runs: list[dict[int, dict]], ks: list[int]) -> None:
@@ -271,6 +281,8 @@ def summarize(runs: list[dict[int, dict]], ks: list[int]) -> None:
     if k != ks[0]:
       ratios = [run[ks[0]]["s_per_step"] / run[k]["s_per_step"] for run in runs]
       line += f"; ratio to k={ks[0]} {mean_se(ratios)}x ({', '.join(f'{x:.2f}' for x in ratios)})"
+      fair = [matched(run[ks[0]], run[k]) for run in runs]
+      line += f"; workload-matched {mean_se(fair)}x ({', '.join(f'{x:.2f}' for x in fair)})"
     print(line)
 
 
