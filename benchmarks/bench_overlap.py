@@ -234,15 +234,19 @@ _SHOWN = (("rollout", "perf/rollout_s", ".1f"), ("judge", "perf/judge_s", ".1f")
           ("judge calls in flight, peak", "judge/calls_in_flight_peak", ".0f"))
 
 
+def collection_s(run: dict) -> float:
+  """The collection's phase per step, c = rollout + judge."""
+  return run["perf/rollout_s"] + run["perf/judge_s"]
+
+
 def trainer_s(run: dict) -> float:
   """The trainer's phase per step, t = train + sync."""
   return run["perf/train_s"] + run["perf/sync_s"]
 
 
 def limit(peer: dict) -> float:
-  """(c + t) / max(c, t) from the peer's per-step phases: c = rollout + judge, t = trainer."""
-  collect = peer["perf/rollout_s"] + peer["perf/judge_s"]
-  return (collect + trainer_s(peer)) / max(collect, trainer_s(peer))
+  """(c + t) / max(c, t) from the peer's per-step phases."""
+  return (collection_s(peer) + trainer_s(peer)) / max(collection_s(peer), trainer_s(peer))
 
 
 def matched(peer: dict, run: dict) -> float:
@@ -255,9 +259,8 @@ def matched(peer: dict, run: dict) -> float:
 def report(run: int, results: dict[int, dict], peer: int, args) -> None:
   base = results[peer]
   print(f"run {run}, k={peer}, steps {args.skip + 1}-{args.steps}: collection (rollout + "
-        f"judge) {base['perf/rollout_s'] + base['perf/judge_s']:.2f} s, trainer (train + sync) "
-        f"{base['perf/train_s'] + base['perf/sync_s']:.2f} s; limit of overlap "
-        f"(c + t) / max(c, t) = {limit(base):.2f}x")
+        f"judge) {collection_s(base):.2f} s, trainer (train + sync) {trainer_s(base):.2f} s; "
+        f"limit of overlap (c + t) / max(c, t) = {limit(base):.2f}x")
   for k, r in sorted(results.items()):
     shown = "  ".join(f"{label} {r.get(tag, 0):{fmt}}" for label, tag, fmt in _SHOWN)
     print(f"run {run}, k={k}: {3600 / r['s_per_step']:5.0f} steps/h ({r['s_per_step']:.2f} "
