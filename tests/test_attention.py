@@ -28,7 +28,7 @@ def _inputs(b, t, k, g, h, seed=0):
                                          ((2, 100, 2, 1, 8), 32), ((1, 20, 2, 2, 8), 512),
                                          ((1, 40, 2, 2, 8), 32)])  # 2 blocks of 24
 def test_blockwise_equals_dense_values_and_gradients(shape, block, monkeypatch):
-  monkeypatch.setattr(A, "BLOCK", block)
+  monkeypatch.setitem(A.BLOCKS, "cpu", block)
   q, k, v, seg, w = _inputs(*shape)
   valid = np.asarray(seg > 0)[:, :, None, None, None]
   dense, blocked = A.attend(q, k, v, seg, "dense"), jax.jit(A.blockwise)(q, k, v, seg)
@@ -44,17 +44,24 @@ def test_blockwise_equals_dense_values_and_gradients(shape, block, monkeypatch):
 
 
 def test_block_size_covers_a_row_with_the_fewest_equal_blocks():
-  """At most BLOCK; as few blocks as BLOCK allows; padding under 8 columns per block."""
-  for t in [1, 7, 40, 448, 512, 513, 640, 1000, 4096, 65_536]:
-    blk = A.block_size(t)
-    blocks = -(-t // blk)
-    assert blk <= A.BLOCK and blocks == -(-t // A.BLOCK), t
-    assert blocks * blk - t < 8 * blocks, (t, blk)
-  assert A.block_size(640) == 320 and A.block_size(448) == 448
+  """At most `most`; as few blocks as `most` allows; padding under 8 columns per block."""
+  for most in (192, 512):
+    for t in [1, 7, 40, 448, 512, 513, 640, 1000, 4096, 65_536]:
+      blk = A.block_size(t, most)
+      blocks = -(-t // blk)
+      assert blk <= most and blocks == -(-t // most), (t, most)
+      assert blocks * blk - t < 8 * blocks, (t, most, blk)
+  assert A.block_size(640, 512) == 320 and A.block_size(448, 512) == 448
+  assert A.block_size(448, 192) == 152 and A.block_size(1000, 192) == 168
+
+
+def test_the_cpu_takes_smaller_blocks_than_accelerators():
+  assert A.max_block("cpu") == 192 and A.max_block() == 192  # these tests trace for the CPU
+  assert A.max_block("gpu") == A.max_block("tpu") == A.DEFAULT_BLOCK == 512
 
 
 def test_blockwise_rows_of_padding_stay_finite(monkeypatch):
-  monkeypatch.setattr(A, "BLOCK", 8)
+  monkeypatch.setitem(A.BLOCKS, "cpu", 8)
   q, k, v, _, _ = _inputs(2, 24, 1, 2, 8)
   seg = jnp.zeros((2, 24), jnp.int32).at[0, :10].set(1)  # row 1 is all padding
   out, grads = jax.value_and_grad(lambda q: jnp.sum(A.blockwise(q, k, v, seg)))(q)
@@ -82,7 +89,7 @@ def _packed_batch(cfg, t=40):
 def test_model_blockwise_equals_dense_under_a_sharded_mesh(name, monkeypatch):
   """Whole model, sharded over data x fsdp x tensor (heads over `tensor`): logits and the
   gradient of a masked loss agree with the dense single-device reference (fp32 1e-4)."""
-  monkeypatch.setattr(A, "BLOCK", 16)
+  monkeypatch.setitem(A.BLOCKS, "cpu", 16)
   dense = get_preset(name, vocab_size=512, attention="dense")
   params = M.init_params(dense, jax.random.key(0))
   tokens, pos, segs = _packed_batch(dense)

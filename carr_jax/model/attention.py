@@ -9,11 +9,12 @@ padding produce finite garbage that callers mask out.
 Implementations (`Qwen3Config.attention`):
 - "dense": the reference. Materializes the [B, K, G, T, S] fp32 scores, so its memory grows
   as T^2 (a 64k row of Qwen3-4B would need hundreds of GiB).
-- "blockwise": online-softmax attention over blocks of `BLOCK` queries and keys, pure JAX, with
-  its own backward pass (recomputes each block's probabilities from the saved log-sum-exp, as
-  FlashAttention-2 does: https://arxiv.org/abs/2307.08691). It never holds more than one
-  [B, K, G, BLOCK, BLOCK] score block, and it skips key blocks entirely above the causal
-  diagonal, so it does about half the dense work. Runs on every backend; the CPU default.
+- "blockwise": online-softmax attention over blocks of at most `max_block()` queries and keys,
+  pure JAX, with its own backward pass (recomputes each block's probabilities from the saved
+  log-sum-exp, as FlashAttention-2 does: https://arxiv.org/abs/2307.08691). It never holds
+  more than one [B, K, G, block, block] score block, and it skips key blocks entirely above the
+  causal diagonal, so it does about half the dense work. Runs on every backend; the CPU
+  default.
 - "splash": the TPU kernel, "cudnn": the GPU kernel (`carr_jax.model.fused_attention`); each is
   an error on any other platform, and "cudnn" on inputs other than bf16 / fp16 (cuDNN's fused
   attention has no fp32 kernel).
@@ -38,7 +39,13 @@ import jax.numpy as jnp
 
 from carr_jax.model import fused_attention
 
-BLOCK = 512  # queries and keys per block of "blockwise" (rows are padded to a multiple)
+# The most queries / keys per block of "blockwise", by the platform traced for (rows are padded
+# to a multiple of the block); DEFAULT_BLOCK on platforms not listed. On the CPU a smaller block
+# is faster (1.5-1.8x the model's gradient at 192 than at 512, rows of 448-4,096 tokens:
+# benchmarks/README.md `## attention`): fewer score entries above the diagonal, and a
+# [B, K, G, 192, 192] block stays in cache.
+BLOCKS = {"cpu": 192}
+DEFAULT_BLOCK = 512
 IMPLEMENTATIONS = ("auto", "dense", "blockwise", "splash", "cudnn")
 KERNEL_PLATFORMS = {"splash": "tpu", "cudnn": "gpu"}  # fused kernel -> the platform it needs
 KERNEL_DTYPES = {"cudnn": ("bfloat16", "float16")}  # fused kernel -> the input dtypes it takes
@@ -132,21 +139,28 @@ def dense(q, k, v, segment_ids):
   return jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)
 
 
-def block_size(t: int) -> int:
-  """The block of "blockwise" for rows of t tokens: the fewest blocks of at most `BLOCK` that
-  cover t, made equal and rounded up to a multiple of 8 (640 -> 2 x 320, not 2 x 512 of which
-  384 columns are padding)."""
-  blocks = -(-t // BLOCK)
+def max_block(platform: str | None = None) -> int:
+  """The most queries / keys per block of "blockwise" on `platform` (default:
+  `trace_platform()`)."""
+  return BLOCKS.get(platform or trace_platform(), DEFAULT_BLOCK)
+
+
+def block_size(t: int, most: int) -> int:
+  """The block of "blockwise" for rows of t tokens: the fewest blocks of at most `most` that
+  cover t, made equal and rounded up to a multiple of 8 (640 at most 512 -> 2 x 320, not
+  2 x 512 of which 384 columns are padding)."""
+  blocks = -(-t // most)
   if blocks == 1:
     return t
   per_block = -(-t // blocks)
-  return min(BLOCK, -(-per_block // 8) * 8)
+  return min(most, -(-per_block // 8) * 8)
 
 
 def blockwise(q, k, v, segment_ids):
-  """Online-softmax attention in blocks of `block_size(T)`. Shapes as in `attend`."""
+  """Online-softmax attention in blocks of `block_size(T, max_block())`. Shapes as in
+  `attend`."""
   t = q.shape[1]
-  blk = block_size(t)
+  blk = block_size(t, max_block())
   pad = -t % blk
   if pad:  # padded columns get segment 0: they attend to nothing and nothing attends to them
     widths = lambda x: [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)  # noqa: E731
