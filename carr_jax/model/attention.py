@@ -40,10 +40,10 @@ import jax.numpy as jnp
 from carr_jax.model import fused_attention
 
 # The most queries / keys per block of "blockwise", by the platform traced for (rows are padded
-# to a multiple of the block); DEFAULT_BLOCK on platforms not listed. On the CPU a smaller block
-# is faster (1.5-1.8x the model's gradient at 192 than at 512, rows of 448-4,096 tokens:
-# benchmarks/README.md `## attention`): fewer score entries above the diagonal, and a
-# [B, K, G, 192, 192] block stays in cache.
+# to a multiple of the block); DEFAULT_BLOCK on platforms not listed. On the CPU the smaller
+# block is faster (benchmarks/README.md `## attention`: up to 1.6x the model's gradient on the
+# CPU SFT's 16 rows of 448): fewer score entries above the causal diagonal, and a smaller
+# [B, K, G, block, block] score block to keep in cache.
 BLOCKS = {"cpu": 192}
 DEFAULT_BLOCK = 512
 IMPLEMENTATIONS = ("auto", "dense", "blockwise", "splash", "cudnn")
