@@ -10,7 +10,8 @@
 #      again; at most CARR_JAX_TOPUPS times. A cold start still below then goes on to RL with
 #      a warning.
 # The copy of the question's link into the query is learned as a sudden transition at a seed-
-# and machine-dependent SFT step (docs/results.md); the gate gives that step margin.
+# and machine-dependent SFT step (docs/results.md); the gate gives that step margin when the
+# transition is late, not when the copy grows slowly (bfloat16 compute, one seed of four).
 #   CARR_JAX_MIN_COPY     greedy exact copy share that passes (default 0.9)
 #   CARR_JAX_TOPUPS       top-ups at most (default 2)
 #   CARR_JAX_TOPUP_STEPS  steps per top-up (default 200)
