@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # The main job on its CPU default (lab/configs/lookup_cpu.py, the reference world): sets up .venv
 # if needed, then
-#   1. cold-start SFT of the tiny policy (900 steps, the last 100 decaying the learning rate;
-#      10.5 min on 2 quiet cores) into $workdir/sft: an expert that searches the question's
-#      own glossary entry and cites it on one of two samples, and answers the relation's
-#      usual kind without a tool (the shortcut) on the other; then a gate
+#   1. cold-start SFT of the tiny policy (900 steps, the last 100 decaying the learning rate)
+#      into $workdir/sft: an expert that searches the question's own glossary entry and
+#      cites it on one of two samples, and answers the relation's usual kind without a tool
+#      (the shortcut) on the other; then a gate
 #      (scripts/cold_start.sh): SFT goes on by 200 steps, twice at most, while the policy does
 #      not copy the question's link into its query;
-#   2. 50 C-GRPO steps from that policy into $workdir/rl (~5.5 min), with the browser tools. It
+#   2. 50 C-GRPO steps from that policy into $workdir/rl, with the browser tools. It
 #      ends with held-out avg@4 at the start and the end, overall and on the evidence-only
 #      questions (where the shortcut is wrong); last line
 #      `heldout_accuracy start=... end=... n=... samples=...`.
 # Every stage resumes when rerun (a finished SFT stage is not redone). Timed from a fresh
-# clone with set-up (40 s): 16 min 52 s on 2 quiet cores with 40 RL steps before the engine's
-# finer prompt buckets; ~17 min estimated now (docs/results.md).
+# clone with set-up: 23 min 35 s alone on a slower 2-core machine (SFT 14.6 min, RL 7.7 min);
+# ~17 min estimated on one whose SFT step is 0.69 s (SFT 10.5 min there; benchmarks/README.md
+# `## demo`).
 #   CARR_JAX_WORKDIR   run directory (default workdir/demo)
 #   CARR_JAX_SEED      seed of both stages (default 0); over seeds with the GRPO control:
 #                      CARR_JAX_SEEDS="0 1 2 3 4" CARR_JAX_RL_VARIANT=main \
