@@ -4,9 +4,9 @@
 #   1. cold-start SFT of the tiny policy (900 steps, the last 100 decaying the learning rate)
 #      into $workdir/sft: an expert that searches the question's own glossary entry and
 #      cites it on one of two samples, and answers the relation's usual kind without a tool
-#      (the shortcut) on the other; then a gate
-#      (scripts/cold_start.sh): SFT goes on by 200 steps, twice at most, while the policy does
-#      not copy the question's link into its query;
+#      (the shortcut) on the other; then a gate (scripts/cold_start.sh): SFT goes on by 200
+#      steps, five times at most, while the policy does not copy the question's link into
+#      its query;
 #   2. 50 C-GRPO steps from that policy into $workdir/rl, with the browser tools. It
 #      ends with held-out avg@4 at the start and the end, overall and on the evidence-only
 #      questions (where the shortcut is wrong); last line
