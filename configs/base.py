@@ -140,10 +140,10 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.batch = ml_collections.ConfigDict()
   # carr_jax/rl/train_step.py, carr_jax/coldstart/step.py, carr_jax/rl/packing.py:
-  # micro_batches, logprob_chunk, row_lengths, coarse_rows, overflow, pad_id
+  # micro_batches, logprob_chunk, row_lengths, coarse_rows, overflow, pad_id, prefix_multiple
   add_fields(c.batch, StepConfig, SFTStepConfig, PackingConfig,
-             skip=("temperature", "loss_positions", "on_policy", "vocab", "row_multiple",
-                   "vocab_size"))  # computed by carr_jax.jobs.components from other keys
+             skip=("temperature", "loss_positions", "on_policy", "shared_prefix", "vocab",
+                   "row_multiple", "vocab_size"))  # computed by carr_jax.jobs.components from other keys
   # Logits only at the slots with loss (generated tokens), gathered per row into a [R, K]
   # index with K a multiple of this (coarsely bucketed: few compiled shapes); 0 = logits at
   # every slot (RL only; SFT always gathers). carr_jax.rl.packing.loss_positions.

@@ -36,7 +36,13 @@ SFT_BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_index",
 class SFTStepConfig:
   micro_batches: int = 1  # as StepConfig's (the same key, batch.micro_batches)
   logprob_chunk: int = 1024  # as StepConfig's (the same key, batch.logprob_chunk)
+  shared_prefix: bool = False  # as StepConfig's: the batch holds prefix_tokens
   vocab: RestrictedVocab | None = None  # the loss's output vocabulary (None: all ids)
+
+
+def sft_batch_keys(step_cfg: SFTStepConfig) -> tuple[str, ...]:
+  """The batch keys the SFT step reads."""
+  return SFT_BATCH_KEYS + (ts.SHARED_KEYS if step_cfg.shared_prefix else ())
 
 
 def loss_sums(params, cfg: Qwen3Config, step_cfg: SFTStepConfig, batch: dict):
@@ -75,7 +81,7 @@ def sft_step_fn(cfg: Qwen3Config, step_cfg: SFTStepConfig, tx):
 def make_sft_step(cfg: Qwen3Config, step_cfg: SFTStepConfig, tx, mesh, shardings):
   """The jitted SFT step, built as the RL one (`train_step.make_step`: explicit shardings,
   the state donated, host batches assembled into global arrays on every process)."""
-  return ts.make_step(sft_step_fn(cfg, step_cfg, tx), mesh, shardings, SFT_BATCH_KEYS)
+  return ts.make_step(sft_step_fn(cfg, step_cfg, tx), mesh, shardings, sft_batch_keys(step_cfg))
 
 
 def make_batch(examples, pack_cfg: packing.PackingConfig, loss_multiple: int = 128,
@@ -83,15 +89,20 @@ def make_batch(examples, pack_cfg: packing.PackingConfig, loss_multiple: int = 1
   """Packs examples into [R, S] rows plus loss positions. Returns (batch, packing stats).
 
   `loss_multiple` 0 means K = S (still only the loss slots, padded to the row length). With
-  a restricted `vocab`, every packed loss token must be in it (ValueError).
+  a restricted `vocab`, every packed loss token must be in it (ValueError). With
+  `pack_cfg.prefix_multiple` the rows' shared prefix is cut off into "prefix_tokens"
+  (`packing.split_shared_prefix`).
   """
   records = [{"token_ids": e["token_ids"], "loss_mask": e["loss_mask"],
               "rollout_logprobs": [0.0] * len(e["token_ids"])} for e in examples]
   packed = packing.pack_trajectories(records, np.ones(len(records)), pack_cfg)
   arrays = packed.arrays()
   restricted_vocab.check_scored(vocab, arrays["targets"], arrays["loss_mask"])
+  if pack_cfg.prefix_multiple:
+    arrays = packing.split_shared_prefix(arrays, pack_cfg.prefix_multiple)
   index, valid = packing.loss_positions(arrays["loss_mask"],
                                         loss_multiple or arrays["loss_mask"].shape[1])
-  batch = {k: arrays[k] for k in ("tokens", "positions", "segment_ids", "targets")}
+  keys = ("tokens", "positions", "segment_ids", "targets", "prefix_tokens")
+  batch = {k: arrays[k] for k in keys if k in arrays}
   batch.update(loss_index=index, loss_valid=valid)
-  return batch, packed.stats()
+  return batch, {**packed.stats(), "prefix": len(arrays.get("prefix_tokens", ()))}

@@ -82,15 +82,17 @@ def abstract(tree, shardings):
 
 
 def abstract_batch(mesh, keys, rows: int, row_length: int, loss_positions: int) -> dict:
-  """[rows, row_length] arrays ([rows, loss_positions] for the loss index), split by rows."""
+  """[rows, row_length] arrays ([rows, loss_positions] for the loss index), split by rows;
+  a shared prefix of no tokens (the worst case: nothing shared)."""
   import jax
   import jax.numpy as jnp
-  from carr_jax.model import sharding
-  ints = {"tokens", "positions", "segment_ids", "targets", "loss_index"}
+  from carr_jax.rl import train_step as ts
+  ints = {"tokens", "positions", "segment_ids", "targets", "loss_index", "prefix_tokens"}
   width = {"loss_index": loss_positions, "loss_valid": loss_positions}
-  return {k: jax.ShapeDtypeStruct((rows, width.get(k, row_length)),
-                                  jnp.int32 if k in ints else jnp.float32,
-                                  sharding=sharding.batch_sharding(mesh)) for k in keys}
+  shape = lambda k: (0,) if k in ts.SHARED_KEYS else (rows, width.get(k, row_length))  # noqa: E731
+  return {k: jax.ShapeDtypeStruct(shape(k), jnp.int32 if k in ints else jnp.float32,
+                                  sharding=ts.key_sharding(mesh, k, len(shape(k))))
+          for k in keys}
 
 
 def worst_case_rows(config, mesh, vocab_size: int, row_length: int) -> int:
@@ -157,7 +159,7 @@ def compile_config(config, devices, rows: int = 0, row_length: int = 0) -> tuple
   if "sft" in config:
     from carr_jax.coldstart import step as sft_step
     step = sft_step.sft_step_fn(cfg, components.sft_step_config(config, vocab), tx)
-    keys = sft_step.SFT_BATCH_KEYS
+    keys = sft_step.sft_batch_keys(components.sft_step_config(config, vocab))
   else:
     loss_cfg, step_cfg = components.loss_config(config), components.step_config(config, vocab)
     step = ts.train_step_fn(cfg, loss_cfg, step_cfg, tx)

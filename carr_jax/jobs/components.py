@@ -38,7 +38,11 @@ def model_config(config: Any) -> Qwen3Config:
     arch = read_hf_config(m.hf_path)
   else:
     arch = get_preset(m.preset)
-  return from_section(Qwen3Config, m, **{name: getattr(arch, name) for name in ARCHITECTURE})
+  cfg = from_section(Qwen3Config, m, **{name: getattr(arch, name) for name in ARCHITECTURE})
+  if config.batch.prefix_multiple > 0 and cfg.is_moe:
+    raise ValueError("batch.prefix_multiple > 0 (a shared prefix) is for dense models; this "
+                     "model is a mixture of experts: set it to 0")
+  return cfg
 
 
 def output_vocab(config: Any) -> RestrictedVocab | None:
@@ -79,12 +83,14 @@ def step_config(config: Any, vocab: RestrictedVocab | None = None) -> ts.StepCon
       ts.StepConfig, config.batch,
       temperature=config.rollout.temperature or 1.0,  # greedy sampling (0) is read as 1
       loss_positions=config.batch.loss_positions_multiple > 0,
-      on_policy=config.loss.old_logprobs == "trainer", vocab=vocab)
+      on_policy=config.loss.old_logprobs == "trainer",
+      shared_prefix=config.batch.prefix_multiple > 0, vocab=vocab)
 
 
 def sft_step_config(config: Any, vocab: RestrictedVocab | None = None):
   from carr_jax.coldstart.step import SFTStepConfig
-  return from_section(SFTStepConfig, config.batch, vocab=vocab)
+  return from_section(SFTStepConfig, config.batch, vocab=vocab,
+                      shared_prefix=config.batch.prefix_multiple > 0)
 
 
 def reward_config(config: Any) -> rewards.RewardConfig:

@@ -182,6 +182,9 @@ class Trainer:
     metrics.update({f"train/packing_{k}": float(v) for k, v in packed.stats().items()})
     batch = packed.arrays()
     restricted_vocab.check_scored(self.step_cfg.vocab, batch["targets"], batch["loss_mask"])
+    if self.pack_cfg.prefix_multiple:
+      batch = packing.split_shared_prefix(batch, self.pack_cfg.prefix_multiple)
+      metrics["train/packing_prefix"] = float(len(batch["prefix_tokens"]))
     batch["loss_mask"] = batch["loss_mask"].astype(np.float32)
     return batch, metrics
 

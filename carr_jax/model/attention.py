@@ -2,6 +2,9 @@
 
 `attend(q, k, v, segment_ids, impl)` is what `carr_jax.model.qwen3.Attention` calls (training and
 prefill); decoding writes a KV cache (`write_cache`) and reads it (`attend_cache`, dense).
+Rows that continue a prefix they all share, computed once (`batch.prefix_multiple`), go
+through `attend_after_prefix` (dense or blockwise, merged with the prefix's keys by
+log-sum-exp).
 Query head n = kv head * G + g reads kv head n // G (GQA). Token t of a row attends to token
 s when s <= t, both carry the same segment id, and that id is > 0 (0 marks padding). Rows of
 padding produce finite garbage that callers mask out.
@@ -131,12 +134,73 @@ def _scores(q: jax.Array, k: jax.Array) -> jax.Array:
   return s.astype(jnp.float32) * (q.shape[-1] ** -0.5)
 
 
+def _dense_lse(q, k, v, allowed):
+  """q [B, T, K, G, H], k / v [B, S, K, H], allowed (broadcasts to [B, 1, 1, T, S]) ->
+  (out [B, T, K, G, H], log-sum-exp of the allowed scores [B, K, G, T] fp32)."""
+  scores = jnp.where(allowed, _scores(q, k), _NEG_INF)
+  lse = jax.nn.logsumexp(scores, axis=-1)
+  probs = jnp.exp(scores - lse[..., None]).astype(q.dtype)  # [B, K, G, T, S]
+  return jnp.einsum("BKGTS,BSKH->BTKGH", probs, v), lse
+
+
 def dense(q, k, v, segment_ids):
   """The reference: every score at once. Shapes as in `attend`."""
   cols = jnp.arange(q.shape[1])
-  scores = jnp.where(mask(segment_ids, segment_ids, cols, cols), _scores(q, k), _NEG_INF)
-  probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)  # [B, K, G, T, S]
-  return jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)
+  return _dense_lse(q, k, v, mask(segment_ids, segment_ids, cols, cols))[0]
+
+
+def prefix_impl(impl: str, dtype=None, platform: str | None = None) -> str:
+  """The implementation `attend_after_prefix` uses for `Qwen3Config.attention` = `impl`:
+  "dense" or "blockwise" (a fused kernel's log-sum-exp is not exposed, so "auto" takes
+  blockwise where it would pick one; naming a kernel is an error). Arguments as `resolve`'s."""
+  name = resolve(impl, platform, dtype)
+  if name in KERNEL_PLATFORMS:
+    if impl != "auto":
+      raise ValueError(f"model.attention={impl!r} cannot attend after a shared prefix "
+                       f"(batch.prefix_multiple > 0); use 'auto', 'blockwise' or 'dense'")
+    return "blockwise"
+  return name
+
+
+def attend_after_prefix(q, k, v, segment_ids, k_prefix, v_prefix, impl: str = "auto"):
+  """Rows that continue one shared prefix: q [B, T, K, G, H], k / v [B, T, K, H],
+  segment_ids [B, T] are the columns after it; k_prefix / v_prefix [P, K, H] its keys and
+  values, computed once. -> out [B, T, K, G, H].
+
+  Segment 1 (the segment the prefix begins) attends to all P prefix keys and causally to
+  itself; other segments and padding as in `attend`. That is `attend` on the whole rows
+  [prefix, row] at the row's columns: the softmax over the prefix keys (`_prefix_lse`) and
+  the one over the row's own keys are merged by their log-sum-exps.
+  """
+  if prefix_impl(impl, q.dtype) == "dense":
+    cols = jnp.arange(q.shape[1])
+    out_own, lse_own = _dense_lse(q, k, v, mask(segment_ids, segment_ids, cols, cols))
+  else:
+    out_own, lse_own = blockwise_lse(q, k, v, segment_ids)
+  lse_own = jnp.einsum("BKGT->BTKG", lse_own)
+  out_pre, lse_pre = _prefix_lse(q, k_prefix, v_prefix)
+  lse_pre = jnp.where((segment_ids == 1)[:, :, None, None], lse_pre, _NEG_INF)
+  lse = jnp.logaddexp(lse_own, lse_pre)  # [B, T, K, G]
+  share = lambda part: jnp.exp(part - lse)[..., None]  # noqa: E731
+  out = (share(lse_own) * out_own.astype(jnp.float32)
+         + share(lse_pre) * out_pre.astype(jnp.float32))
+  return out.astype(q.dtype)
+
+
+def _prefix_lse(q, k_prefix, v_prefix):
+  """Every query of q [B, T, K, G, H] over all keys / values [P, K, H] ->
+  (out [B, T, K, G, H], log-sum-exp [B, T, K, G] fp32). The rows share the keys, so each kv
+  head is one [B*T*G, H] x [H, P] product (broadcasting them per row: 1.7x slower on the
+  CPU)."""
+  b, t, nk, g, h = q.shape
+  rows = jnp.moveaxis(q, 2, 0).reshape(nk, b * t * g, h)  # [K, M, H]
+  scores = jnp.matmul(rows, jnp.transpose(k_prefix, (1, 2, 0)),
+                      preferred_element_type=jnp.float32) * (h ** -0.5)  # [K, M, P]
+  lse = jax.nn.logsumexp(scores, axis=-1)  # [K, M]
+  probs = jnp.exp(scores - lse[..., None]).astype(q.dtype)
+  out = jnp.matmul(probs, jnp.transpose(v_prefix, (1, 0, 2)))  # [K, M, H]
+  return (jnp.moveaxis(out.reshape(nk, b, t, g, h), 0, 2),
+          jnp.moveaxis(lse.reshape(nk, b, t, g), 0, 2))
 
 
 def max_block(platform: str | None = None) -> int:
@@ -159,6 +223,12 @@ def block_size(t: int, most: int) -> int:
 def blockwise(q, k, v, segment_ids):
   """Online-softmax attention in blocks of `block_size(T, max_block())`. Shapes as in
   `attend`."""
+  return blockwise_lse(q, k, v, segment_ids)[0]
+
+
+def blockwise_lse(q, k, v, segment_ids):
+  """`blockwise` and the log-sum-exp of each query's allowed scores, [B, K, G, T] fp32 (0
+  for a query that attends to nothing); both differentiable."""
   t = q.shape[1]
   blk = block_size(t, max_block())
   pad = -t % blk
@@ -166,7 +236,8 @@ def blockwise(q, k, v, segment_ids):
     widths = lambda x: [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)  # noqa: E731
     q, k, v = (jnp.pad(x, widths(x)) for x in (q, k, v))
     segment_ids = jnp.pad(segment_ids, [(0, 0), (0, pad)])
-  return _flash(q, k, v, segment_ids, blk)[:, :t]
+  out, lse = _flash(q, k, v, segment_ids, blk)
+  return out[:, :t], lse[..., :t]
 
 
 def _block(x: jax.Array, i, blk: int) -> jax.Array:
@@ -222,20 +293,23 @@ def _forward(q, k, v, seg, blk):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def _flash(q, k, v, seg, blk):
-  return _forward(q, k, v, seg, blk)[0]
+  return _forward(q, k, v, seg, blk)
 
 
 def _flash_fwd(q, k, v, seg, blk):
   out, lse = _forward(q, k, v, seg, blk)
-  return out, (q, k, v, seg, out, lse)
+  return (out, lse), (q, k, v, seg, out, lse)
 
 
-def _flash_bwd(blk, res, d_out):
+def _flash_bwd(blk, res, cotangents):
   q, k, v, seg, out, lse = res
+  d_out, d_lse = cotangents
   n = q.shape[1] // blk
   scale = q.shape[-1] ** -0.5
-  # delta_t = sum_h dO * O: the softmax backward's row term, [B, K, G, T].
-  delta = jnp.einsum("BTKGH,BTKGH->BKGT", d_out.astype(jnp.float32), out.astype(jnp.float32))
+  # delta_t = sum_h dO * O - dLSE: the softmax backward's row term, [B, K, G, T] (d lse_t /
+  # d s_ts = p_ts, so the log-sum-exp's cotangent enters each score's as p * dLSE).
+  delta = jnp.einsum("BTKGH,BTKGH->BKGT", d_out.astype(jnp.float32),
+                     out.astype(jnp.float32)) - d_lse
   lse_block = lambda x, i: jax.lax.dynamic_slice_in_dim(x, i * blk, blk, axis=3)  # noqa: E731
 
   def grads_of(i, j):

@@ -17,16 +17,7 @@ RMSNorm, RoPE tables, attention softmax, router softmax and logits are fp32, as 
 Restricted output vocabulary (`carr_jax.model.restricted_vocab`, V' sorted ids; None = all
 V): the train step and the sampler use `unembed_matrix(params, cfg, vocab)`, the [D, V']
 columns of those ids. `Qwen3.logits` and `forward_logits` stay full-vocabulary on purpose:
-they are the HF-parity reference.
-
-MoE paths (both exact, both run on CPU/GPU/TPU; `moe_impl` picks one):
-- "ragged" (default): tokens are sorted by expert and multiplied with `jax.lax.ragged_dot`
-  (a grouped matmul). Cost model: 3 * T*k * D * F multiply-adds (T tokens, k experts per
-  token) plus an O(T*k log(T*k)) sort and two gathers of [T*k, D]; dropless, no capacity.
-- "dense": every expert runs on every token and non-selected outputs get weight 0.
-  Cost model: 3 * T * E * D * F multiply-adds, i.e. E/k times the useful work; simplest to
-  shard (experts as a batch dimension) and fine for tiny models.
-Under a mesh either path runs per device on that device's rows (`_experts_per_shard`).
+they are the HF-parity reference. The MoE layer: `carr_jax.model.moe`.
 """
 from __future__ import annotations
 
@@ -35,19 +26,16 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from jax.sharding import PartitionSpec as P
 
 from carr_jax.model import attention, restricted_vocab
 from carr_jax.model.config import Qwen3Config
+from carr_jax.model.moe import INIT, MoE, router_aux_loss
 from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.model.sharding import BATCH, shard
 
 
 def _dtype(name: str) -> Any:
   return jnp.dtype(name)
-
-
-_INIT = nn.initializers.normal(stddev=0.02)  # every weight matrix, embeddings included
 
 
 def project(x: jax.Array, w: jax.Array, n_in: int = 1, **dot_kwargs) -> jax.Array:
@@ -97,170 +85,106 @@ class RMSNorm(nn.Module):
 class Attention(nn.Module):
   """GQA self-attention with per-head q/k RMSNorm applied before RoPE, and an optional KV cache.
 
-  Returns (y [B, T, D], the updated cache or None). Without a cache (training) the chunk
-  attends within itself (`carr_jax.model.attention.attend`). A cache is this layer's
-  {"k", "v": [B, K, S, H]}, a row's columns being its positions: the chunk's keys and values
-  are written at columns `positions`, then either the chunk is each row's prompt from column
-  0 (T > 1, the prefill of an empty cache: it attends within itself, as in training) or it is
-  one token per row (T = 1, decoding: it attends over the cache columns up to its position).
+  Returns (y [B, T, D], the updated cache or None, the prefix's y [1, P, D] or None). Without
+  a cache (training) the chunk attends within itself (`carr_jax.model.attention.attend`). A
+  cache is this layer's {"k", "v": [B, K, S, H]}, a row's columns being its positions: the
+  chunk's keys and values are written at columns `positions`, then either the chunk is each
+  row's prompt from column 0 (T > 1, the prefill of an empty cache: it attends within itself,
+  as in training) or it is one token per row (T = 1, decoding: it attends over the cache
+  columns up to its position). With `prefix` (the normed hidden [1, P, D] of tokens that
+  precede every row, at positions 0 .. P-1; no cache) the prefix attends within itself once
+  and the rows' segment 1 also attends to it (`attention.attend_after_prefix`).
   """
   cfg: Qwen3Config
 
   @nn.compact
-  def __call__(self, x, positions, segment_ids, cache=None):
+  def __call__(self, x, positions, segment_ids, cache=None, prefix=None):
     cfg = self.cfg
     pdt, cdt = _dtype(cfg.param_dtype), _dtype(cfg.compute_dtype)
     d, n, k, h = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    wq = self.param("q_proj", _INIT, (d, n, h), pdt)
-    wk = self.param("k_proj", _INIT, (d, k, h), pdt)
-    wv = self.param("v_proj", _INIT, (d, k, h), pdt)
-    wo = self.param("o_proj", _INIT, (n, h, d), pdt)
+    wq = self.param("q_proj", INIT, (d, n, h), pdt)
+    wk = self.param("k_proj", INIT, (d, k, h), pdt)
+    wv = self.param("v_proj", INIT, (d, k, h), pdt)
+    wo = self.param("o_proj", INIT, (n, h, d), pdt)
     q_scale = self.param("q_norm", nn.initializers.ones, (h,), pdt)
     k_scale = self.param("k_norm", nn.initializers.ones, (h,), pdt)
 
-    q = project(x, wq.astype(cdt))  # BTD,DNH->BTNH
-    key = project(x, wk.astype(cdt))  # BTD,DKH->BTKH
-    value = project(x, wv.astype(cdt))  # BTD,DKH->BTKH
-    q = shard(rms_norm(q, q_scale, cfg.rms_norm_eps, cdt), BATCH, None, "tensor", None)
-    key = shard(rms_norm(key, k_scale, cfg.rms_norm_eps, cdt), BATCH, None, "tensor", None)
-    q, key = rope(q, positions, cfg.rope_theta), rope(key, positions, cfg.rope_theta)
+    def qkv(inputs, pos, rows):
+      """inputs [B, T, D], pos [B, T] -> q [B, T, K, G, H], key / value [B, T, K, H]."""
+      q = project(inputs, wq.astype(cdt))  # BTD,DNH->BTNH
+      key = project(inputs, wk.astype(cdt))  # BTD,DKH->BTKH
+      value = project(inputs, wv.astype(cdt))  # BTD,DKH->BTKH
+      q = shard(rms_norm(q, q_scale, cfg.rms_norm_eps, cdt), rows, None, "tensor", None)
+      key = shard(rms_norm(key, k_scale, cfg.rms_norm_eps, cdt), rows, None, "tensor", None)
+      q, key = rope(q, pos, cfg.rope_theta), rope(key, pos, cfg.rope_theta)
+      return q.reshape(*q.shape[:2], k, n // k, h), key, value  # query head n = kv head * G + g
 
-    b, t = x.shape[:2]
-    q = q.reshape(b, t, k, n // k, h)  # query head n = kv head * G + g
+    def output(out, rows):  # [B, T, K, G, H] -> [B, T, D]
+      out = shard(out.reshape(*out.shape[:2], n, h), rows, None, "tensor", None)
+      return project(out, wo.astype(cdt), n_in=2)  # BTNH,NHD->BTD
+
+    q, key, value = qkv(x, positions, BATCH)
+    if prefix is not None:  # one row, replicated: every row shares it
+      impl = attention.prefix_impl(cfg.attention, cdt)
+      pos = jnp.arange(prefix.shape[1], dtype=jnp.int32)[None]  # [1, P]
+      q_p, k_p, v_p = qkv(prefix, pos, None)
+      y_prefix = output(attention.attend(q_p, k_p, v_p, jnp.ones_like(pos), impl), None)
+      out = attention.attend_after_prefix(q, key, value, segment_ids, k_p[0], v_p[0], impl)
+      return output(out, BATCH), cache, y_prefix
     if cache is not None:
       cache = attention.write_cache(cache, key, value, positions)
-    if cache is None or t > 1:
+    if cache is None or x.shape[1] > 1:
       out = attention.attend(q, key, value, segment_ids, cfg.attention)
     else:
       out = attention.attend_cache(q, cache["k"], cache["v"], positions)
-    out = shard(out.reshape(b, t, n, h), BATCH, None, "tensor", None)
-    return project(out, wo.astype(cdt), n_in=2), cache  # BTNH,NHD->BTD
+    return output(out, BATCH), cache, None
 
 
 class MLP(nn.Module):
-  """SwiGLU: down(silu(gate(x)) * up(x))."""
+  """SwiGLU: down(silu(gate(x)) * up(x)); x [B, T, D], its rows sharded as `rows` says."""
   cfg: Qwen3Config
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, rows=BATCH):
     cfg = self.cfg
     pdt, cdt = _dtype(cfg.param_dtype), _dtype(cfg.compute_dtype)
     d, f = cfg.hidden_size, cfg.intermediate_size
-    gate = self.param("gate_proj", _INIT, (d, f), pdt).astype(cdt)
-    up = self.param("up_proj", _INIT, (d, f), pdt).astype(cdt)
-    down = self.param("down_proj", _INIT, (f, d), pdt).astype(cdt)
+    gate = self.param("gate_proj", INIT, (d, f), pdt).astype(cdt)
+    up = self.param("up_proj", INIT, (d, f), pdt).astype(cdt)
+    down = self.param("down_proj", INIT, (f, d), pdt).astype(cdt)
     hidden = jax.nn.silu(project(x, gate)) * project(x, up)  # BTD,DF->BTF
-    hidden = shard(hidden, BATCH, None, "tensor")
+    hidden = shard(hidden, rows, None, "tensor")
     return project(hidden, down)  # BTF,FD->BTD
 
 
-def route(router_logits: jax.Array, top_k: int, normalize: bool):
-  """Softmax over all experts in fp32, then top-k (and renormalise when asked).
-
-  router_logits: [T, E] -> (probs [T, E] fp32, weights [T, k] fp32, experts [T, k] int32).
-  """
-  probs = jax.nn.softmax(router_logits.astype(jnp.float32), axis=-1)
-  weights, experts = jax.lax.top_k(probs, top_k)
-  if normalize:
-    weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
-  return probs, weights, experts
-
-
-def _experts_ragged(x, experts, weights, w_gate, w_up, w_down):
-  """x: [T, D]; experts/weights: [T, k]; w_gate/w_up: [E, D, F]; w_down: [E, F, D]."""
-  num_tokens, top_k = experts.shape
-  num_experts = w_gate.shape[0]
-  flat = experts.reshape(-1)  # [T*k]
-  order = jnp.argsort(flat, stable=True)
-  rows = x[order // top_k]  # [T*k, D] sorted by expert
-  group_sizes = jnp.bincount(flat, length=num_experts).astype(jnp.int32)
-  gate = jax.lax.ragged_dot(rows, w_gate, group_sizes)
-  up = jax.lax.ragged_dot(rows, w_up, group_sizes)
-  out_sorted = jax.lax.ragged_dot(jax.nn.silu(gate) * up, w_down, group_sizes)  # [T*k, D]
-  out = jnp.zeros_like(out_sorted).at[order].set(out_sorted).reshape(num_tokens, top_k, -1)
-  return jnp.einsum("TKD,TK->TD", out, weights.astype(out.dtype))
-
-
-def _experts_dense(x, experts, weights, w_gate, w_up, w_down):
-  """Every expert on every token; combine with a [T, E] weight matrix that is 0 off top-k."""
-  num_experts = w_gate.shape[0]
-  combine = jnp.einsum("TK,TKE->TE", weights, jax.nn.one_hot(experts, num_experts))
-  gate = jnp.einsum("TD,EDF->ETF", x, w_gate)
-  up = jnp.einsum("TD,EDF->ETF", x, w_up)
-  out = jnp.einsum("ETF,EFD->ETD", jax.nn.silu(gate) * up, w_down)
-  return jnp.einsum("ETD,TE->TD", out, combine.astype(out.dtype))
-
-
-def _experts_per_shard(combine, x, experts, weights, w_gate, w_up, w_down):
-  """`combine` over each device's own rows: x [B, T, D], experts / weights [B, T, k].
-
-  Under a mesh the rows are split over the batch axes, but the ragged path sorts the flat
-  token list; left to GSPMD, that sort and the gather after it run over the GLOBAL token list
-  on every device (256 GiB per chip for 128 rows of 64k tokens of Qwen3-30B-A3B). In
-  `shard_map` each device sorts only its tokens; the expert weights are gathered whole per
-  layer (FSDP-style; with expert parallelism an all-to-all dispatch would move tokens
-  instead of weights).
-  """
-  def local(x, experts, weights, *expert_weights):
-    b, t, d = x.shape
-    flat = lambda a: a.reshape(b * t, -1)  # noqa: E731
-    return combine(flat(x), flat(experts), flat(weights), *expert_weights).reshape(b, t, d)
-  mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty:
-    return local(x, experts, weights, w_gate, w_up, w_down)
-  rows = P(BATCH, None, None)
-  return jax.shard_map(local, in_specs=(rows, rows, rows, P(), P(), P()), out_specs=rows,
-                       check_vma=False)(x, experts, weights, w_gate, w_up, w_down)
-
-
-class MoE(nn.Module):
-  """Top-k routed SwiGLU experts, no shared expert. Returns (y, router stats for aux loss)."""
-  cfg: Qwen3Config
-
-  @nn.compact
-  def __call__(self, x, segment_ids):
-    cfg = self.cfg
-    pdt, cdt = _dtype(cfg.param_dtype), _dtype(cfg.compute_dtype)
-    d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
-    router = self.param("router", _INIT, (d, e), pdt)
-    w_gate = self.param("gate_proj", _INIT, (e, d, f), pdt).astype(cdt)
-    w_up = self.param("up_proj", _INIT, (e, d, f), pdt).astype(cdt)
-    w_down = self.param("down_proj", _INIT, (e, f, d), pdt).astype(cdt)
-
-    b, t, _ = x.shape
-    tokens = x.reshape(b * t, d)
-    logits = jnp.einsum("TD,DE->TE", tokens, router.astype(cdt))
-    probs, weights, experts = route(logits, cfg.num_experts_per_tok, cfg.norm_topk_prob)
-    combine = _experts_ragged if cfg.moe_impl == "ragged" else _experts_dense
-    y = _experts_per_shard(combine, x, experts.reshape(b, t, -1),
-                           weights.astype(cdt).reshape(b, t, -1), w_gate, w_up, w_down)
-    # Switch load-balancing statistics over non-padding tokens (summed; finished in Qwen3).
-    valid = (segment_ids.reshape(-1) > 0).astype(jnp.float32)  # [T]
-    counts = jnp.einsum("TKE,T->E", jax.nn.one_hot(experts, e), valid)
-    prob_sums = jnp.einsum("TE,T->E", probs, valid)
-    return y, (counts, prob_sums, jnp.sum(valid))
-
-
 class DecoderLayer(nn.Module):
-  """Pre-norm block; scanned over layers with carry (x, router statistics) and the layer's
-  KV cache (or None) as the scanned input and output."""
+  """Pre-norm block; scanned over layers with carry (x, router statistics, the shared prefix's
+  hidden [1, P, D] or None) and the layer's KV cache (or None) as the scanned input and
+  output."""
   cfg: Qwen3Config
 
   @nn.compact
   def __call__(self, carry, positions, segment_ids, cache=None):
     cfg = self.cfg
-    x, stats = carry
-    h = RMSNorm(cfg, name="input_norm")(x)
-    y, cache = Attention(cfg, name="attn")(h, positions, segment_ids, cache)
+    x, stats, prefix = carry
+    input_norm = RMSNorm(cfg, name="input_norm")
+    post_attn_norm = RMSNorm(cfg, name="post_attn_norm")
+    y, cache, y_prefix = Attention(cfg, name="attn")(
+        input_norm(x), positions, segment_ids, cache,
+        None if prefix is None else input_norm(prefix))
     x = x + y
-    h = RMSNorm(cfg, name="post_attn_norm")(x)
+    h = post_attn_norm(x)
     if cfg.is_moe:
       y, layer_stats = MoE(cfg, name="moe")(h, segment_ids)
       stats = jax.tree.map(jnp.add, stats, layer_stats)
     else:
-      y = MLP(cfg, name="mlp")(h)
+      mlp = MLP(cfg, name="mlp")
+      y = mlp(h)
+      if prefix is not None:
+        prefix = prefix + y_prefix
+        prefix = shard(prefix + mlp(post_attn_norm(prefix), None), None, None, None)
     x = shard(x + y, BATCH, None, None)
-    return (x, stats), cache
+    return (x, stats, prefix), cache
 
 
 class Qwen3(nn.Module):
@@ -271,7 +195,7 @@ class Qwen3(nn.Module):
     cfg = self.cfg
     pdt = _dtype(cfg.param_dtype)
     self.embedding = self.param(
-        "embed", lambda rng, s, dt: {"embedding": _INIT(rng, s, dt)},
+        "embed", lambda rng, s, dt: {"embedding": INIT(rng, s, dt)},
         (cfg.vocab_size, cfg.hidden_size), pdt)
     layer = DecoderLayer
     if cfg.remat == "full":
@@ -284,23 +208,35 @@ class Qwen3(nn.Module):
     self.final_norm = RMSNorm(cfg, name="final_norm")
     if not cfg.tie_word_embeddings:
       self.lm_head = self.param(
-          "lm_head", lambda rng, s, dt: {"kernel": _INIT(rng, s, dt)},
+          "lm_head", lambda rng, s, dt: {"kernel": INIT(rng, s, dt)},
           (cfg.hidden_size, cfg.vocab_size), pdt)
 
-  def _body(self, tokens, positions, segment_ids, cache):
+  def _body(self, tokens, positions, segment_ids, cache, prefix_tokens=None):
     """-> (final-normed hidden [B, T, D], router statistics, cache {"k", "v": [L, B, K, S, H]}
     updated, or None)."""
     cfg = self.cfg
-    x = jnp.take(self.embedding["embedding"], tokens, axis=0).astype(_dtype(cfg.compute_dtype))
-    x = shard(x, BATCH, None, None)
+    embed = lambda ids: jnp.take(  # noqa: E731
+        self.embedding["embedding"], ids, axis=0).astype(_dtype(cfg.compute_dtype))
+    x = shard(embed(tokens), BATCH, None, None)
+    prefix = None
+    if prefix_tokens is not None and prefix_tokens.shape[0]:
+      if cfg.is_moe or cache is not None:
+        raise ValueError("a shared prefix (batch.prefix_multiple > 0) is for dense models "
+                         "in training, without a KV cache")
+      prefix = embed(prefix_tokens)[None]  # [1, P, D]
     e = max(cfg.num_experts, 1)
     stats = (jnp.zeros((e,)), jnp.zeros((e,)), jnp.zeros(()))
-    (x, stats), cache = self.layers((x, stats), positions, segment_ids, cache)
+    (x, stats, _), cache = self.layers((x, stats, prefix), positions, segment_ids, cache)
     return self.final_norm(x), stats, cache
 
-  def hidden_and_aux(self, tokens, positions, segment_ids):
-    """tokens/positions/segment_ids: [B, T] -> (hidden [B, T, D], router aux loss scalar)."""
-    hidden, stats, _ = self._body(tokens, positions, segment_ids, None)
+  def hidden_and_aux(self, tokens, positions, segment_ids, prefix_tokens=None):
+    """tokens/positions/segment_ids: [B, T] -> (hidden [B, T, D], router aux loss scalar).
+
+    With `prefix_tokens` [P] (P > 0): the tokens that precede every row, at positions
+    0 .. P-1 of its first segment; they are computed once, and the hidden states are those
+    of the rows' own columns (as if each row began with the prefix).
+    """
+    hidden, stats, _ = self._body(tokens, positions, segment_ids, None, prefix_tokens)
     return hidden, router_aux_loss(stats, self.cfg)
 
   def with_cache(self, tokens, positions, segment_ids, cache):
@@ -324,20 +260,6 @@ class Qwen3(nn.Module):
   def logits(self, hidden: jax.Array) -> jax.Array:
     """hidden [B, T, D] -> fp32 logits [B, T, V]. Materialises the vocab axis: tests/eval."""
     return project(hidden.astype(jnp.float32), self.unembed().astype(jnp.float32))  # BTD,DV
-
-
-def router_aux_loss(stats, cfg: Qwen3Config) -> jax.Array:
-  """HF's load-balancing loss: E * sum_e f_e * P_e over all layers' non-padding tokens.
-
-  f_e: fraction of (token, slot) assignments to expert e; P_e: mean router probability.
-  Multiplied by `router_aux_loss_coef` (0 disables it).
-  """
-  if not cfg.is_moe or cfg.router_aux_loss_coef == 0.0:
-    return jnp.zeros((), jnp.float32)
-  counts, prob_sums, num_valid = stats
-  denom = jnp.maximum(num_valid, 1.0)  # num_valid is summed over layers already
-  loss = cfg.num_experts * jnp.sum((counts / denom) * (prob_sums / denom))
-  return cfg.router_aux_loss_coef * loss
 
 
 def forward_logits(params, cfg: Qwen3Config, tokens, positions, segment_ids) -> jax.Array:

@@ -60,12 +60,16 @@ class PackingConfig:
   # whose rollout.max_context_tokens exceeds it fails at start) | "truncate" (cut it: meant)
   pad_id: int = 0  # token id written into padding slots
   vocab_size: int | None = None  # when set, token ids must be < vocab_size
+  prefix_multiple: int = 0  # > 0: the leading tokens every row shares, rounded down to a
+  # multiple of this, are cut off and computed once (`split_shared_prefix`; dense models)
 
   def __post_init__(self):
     if not self.row_lengths or any(int(s) < 1 for s in self.row_lengths):
       raise ValueError(f"PackingConfig.row_lengths must be positive ints, got {self.row_lengths}")
     if self.row_multiple < 1:
       raise ValueError(f"PackingConfig.row_multiple must be >= 1, got {self.row_multiple}")
+    if self.prefix_multiple < 0:
+      raise ValueError(f"PackingConfig.prefix_multiple must be >= 0, got {self.prefix_multiple}")
     if self.overflow not in ("error", "truncate"):
       raise ValueError(f"PackingConfig.overflow must be 'error' or 'truncate', got "
                        f"{self.overflow!r}")
@@ -244,3 +248,32 @@ def loss_positions(loss_mask: np.ndarray, multiple: int) -> tuple[np.ndarray, np
     index[r, :len(where)] = where
     valid[r, :len(where)] = 1.0
   return index, valid
+
+
+def shared_prefix_length(tokens: np.ndarray, segment_ids: np.ndarray,
+                         loss_mask: np.ndarray) -> int:
+  """The most leading slots [R, S] rows can share: the same tokens in every live row (one
+  whose column 0 is not padding), all in its first segment, none with loss; at most S - 1."""
+  live = segment_ids[:, 0] > 0
+  if not live.any():
+    return 0
+  tokens, segment_ids, loss_mask = tokens[live], segment_ids[live], loss_mask[live]
+  same = ((tokens == tokens[:1]).all(axis=0) & (segment_ids == 1).all(axis=0)
+          & ~loss_mask.astype(bool).any(axis=0))  # [S]
+  return min(int(np.argmin(same)) if not same.all() else len(same), len(same) - 1)
+
+
+def split_shared_prefix(arrays: Mapping[str, np.ndarray], multiple: int) -> dict:
+  """Cuts the rows' shared leading slots off a batch, to be computed once.
+
+  arrays: [R, S] arrays of one packing (`PackedBatch.arrays()`). Returns them as
+  [R, S - P] plus "prefix_tokens" [P]: P is `shared_prefix_length` rounded down to a
+  multiple of `multiple` (few compiled shapes), possibly 0. The model reads the prefix as
+  tokens at positions 0 .. P-1 before every row (`Qwen3.hidden_and_aux`); since no cut slot
+  has loss, no loss value or gradient changes (tests/test_shared_prefix.py).
+  """
+  p = shared_prefix_length(arrays["tokens"], arrays["segment_ids"],
+                           arrays["loss_mask"]) // multiple * multiple
+  out = {k: np.ascontiguousarray(v[:, p:]) for k, v in arrays.items()}
+  out["prefix_tokens"] = np.ascontiguousarray(arrays["tokens"][0, :p])
+  return out

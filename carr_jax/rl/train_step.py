@@ -21,7 +21,10 @@ up to float rounding between two programs (tests/test_train_step.py). With
 `StepConfig.loss_positions` the batch also holds `loss_index` / `loss_valid` [R, K]
 (`carr_jax.rl.packing.loss_positions`): logits are then built only at those K slots of each row
 and the log-probs scattered back to [R, S] (0 elsewhere), which changes no loss value or
-gradient, since every other slot has loss mask 0 (tests/test_train_step.py).
+gradient, since every other slot has loss mask 0 (tests/test_train_step.py). With
+`StepConfig.shared_prefix` the batch also holds `prefix_tokens` [P], the leading tokens
+every row shares, cut off its rows by `carr_jax.rl.packing.split_shared_prefix` and computed
+once per micro-batch (`Qwen3.hidden_and_aux`).
 
 Optimizer: AdamW (paper: lr 2e-6 constant, betas 0.9/0.98, weight decay 0.1) with optional
 linear warmup, a final linear decay to 0 (warmup-stable-decay) and global-norm clipping;
@@ -72,10 +75,12 @@ class StepConfig:
   logprob_chunk: int = 1024  # sequence chunk of the fused unembed + log-softmax
   loss_positions: bool = False  # logits only at batch["loss_index"] (see the docstring)
   on_policy: bool = False  # old log-probs = this step's own, gradient stopped (the docstring)
+  shared_prefix: bool = False  # the batch holds prefix_tokens (see the docstring)
   vocab: RestrictedVocab | None = None  # the loss's output vocabulary (None: all ids)
 
 
 LOSS_POSITION_KEYS = ("loss_index", "loss_valid")
+SHARED_KEYS = ("prefix_tokens",)  # batch arrays without a row axis: whole on every device
 
 
 @flax.struct.dataclass
@@ -157,8 +162,14 @@ def create_train_state(cfg: Qwen3Config, tx, mesh: Mesh, seed: int,
   return state, shardings
 
 
+def key_sharding(mesh: Mesh, key: str, rank: int = 2) -> NamedSharding:
+  """A batch array's sharding: rows split (`sharding.batch_sharding`), or whole for
+  `SHARED_KEYS`."""
+  return NamedSharding(mesh, P()) if key in SHARED_KEYS else sharding.batch_sharding(mesh, rank)
+
+
 def batch_shardings(mesh: Mesh, keys) -> dict[str, NamedSharding]:
-  return {k: sharding.batch_sharding(mesh) for k in keys}
+  return {k: key_sharding(mesh, k, 1 if k in SHARED_KEYS else 2) for k in keys}
 
 
 def global_batch(batch: dict, mesh: Mesh, keys) -> dict:
@@ -172,22 +183,24 @@ def global_batch(batch: dict, mesh: Mesh, keys) -> dict:
     value = batch[k]
     if not isinstance(value, jax.Array):
       host = np.asarray(value)
-      out[k] = jax.make_array_from_callback(host.shape, sharding.batch_sharding(mesh, host.ndim),
+      out[k] = jax.make_array_from_callback(host.shape, key_sharding(mesh, k, host.ndim),
                                             lambda index, host=host: host[index])
     else:
       out[k] = value
   return out
 
 
-def micro_split(batch: dict, micro_batches: int) -> dict:
-  """[R, S] -> [M, R/M, S], micro-batch m = rows m, m+M, ... so each slice spans all devices."""
+def micro_split(batch: dict, micro_batches: int) -> tuple[dict, dict]:
+  """([R, S] -> [M, R/M, S] arrays, micro-batch m = rows m, m+M, ... so each slice spans all
+  devices; the `SHARED_KEYS` arrays, which every micro-batch reads whole)."""
   def split(x):
     rows = x.shape[0]
     if rows % micro_batches:
       raise ValueError(f"batch rows {rows} not divisible by micro_batches {micro_batches}")
     x = x.reshape(rows // micro_batches, micro_batches, *x.shape[1:]).swapaxes(0, 1)
     return sharding.shard(x, None, sharding.BATCH, *([None] * (x.ndim - 2)))
-  return {k: split(v) for k, v in batch.items()}
+  return ({k: split(v) for k, v in batch.items() if k not in SHARED_KEYS},
+          {k: v for k, v in batch.items() if k in SHARED_KEYS})
 
 
 def _scatter_rows(values, index, valid, length: int):
@@ -207,7 +220,8 @@ def target_logprobs(params, cfg: Qwen3Config, batch, temperature: float, chunk: 
   """
   model = model_lib.Qwen3(cfg)
   hidden, aux = model.apply({"params": params}, batch["tokens"], batch["positions"],
-                            batch["segment_ids"], method=model_lib.Qwen3.hidden_and_aux)
+                            batch["segment_ids"], batch.get("prefix_tokens"),
+                            method=model_lib.Qwen3.hidden_and_aux)
   targets = batch["targets"]  # [R, S]
   if gather:
     index = batch["loss_index"]  # [R, K]
@@ -236,7 +250,8 @@ def step_batch_keys(loss_cfg: loss_lib.LossConfig, step_cfg: StepConfig,
   """The batch keys the train step reads."""
   base = tuple(k for k in base if not (step_cfg.on_policy and k == "old_logprobs"))
   return (base + (("ref_logprobs",) if loss_cfg.kl_coef else ())
-          + (LOSS_POSITION_KEYS if step_cfg.loss_positions else ()))
+          + (LOSS_POSITION_KEYS if step_cfg.loss_positions else ())
+          + (SHARED_KEYS if step_cfg.shared_prefix else ()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,7 +277,7 @@ def objective_step_fn(objective: Objective, tx, micro_batches: int
   sum / total + aux / micro_batches summed over the micro-batch scan, one optimizer update."""
   def step(state: TrainState, batch: dict):
     total = objective.total(batch)
-    micro = micro_split(batch, micro_batches)
+    micro, shared = micro_split(batch, micro_batches)
 
     def loss_fn(params, mb):
       loss_sum, stats, aux = objective.sums(params, mb)
@@ -270,7 +285,8 @@ def objective_step_fn(objective: Objective, tx, micro_batches: int
 
     def body(carry, mb):
       grads, stats, aux_total = carry
-      (_, (mb_stats, aux)), g = jax.value_and_grad(loss_fn, has_aux=True)(state.params, mb)
+      (_, (mb_stats, aux)), g = jax.value_and_grad(loss_fn, has_aux=True)(
+          state.params, {**mb, **shared})
       grads = jax.tree.map(jnp.add, grads, g)
       return (grads, objective.combine(stats, mb_stats), aux_total + aux), None
 
@@ -343,8 +359,9 @@ def make_train_step(cfg: Qwen3Config, loss_cfg: loss_lib.LossConfig, step_cfg: S
 
 def logprob_batch_keys(step_cfg: StepConfig) -> tuple[str, ...]:
   """The batch keys the log-prob function reads."""
-  return ("tokens", "positions", "segment_ids", "targets") + (
-      LOSS_POSITION_KEYS if step_cfg.loss_positions else ())
+  return (("tokens", "positions", "segment_ids", "targets")
+          + (LOSS_POSITION_KEYS if step_cfg.loss_positions else ())
+          + (SHARED_KEYS if step_cfg.shared_prefix else ()))
 
 
 def jit_logprob_fn(cfg: Qwen3Config, step_cfg: StepConfig, mesh: Mesh, param_shardings):

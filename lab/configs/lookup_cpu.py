@@ -71,6 +71,7 @@ def lookup_world(c) -> None:
   c.batch.row_lengths = (448,)  # one episode per row
   c.batch.logprob_chunk = 128
   c.batch.loss_positions_multiple = 64
+  c.batch.prefix_multiple = 64  # the 193-token system turn: 192 computed once per batch
   c.optim.weight_decay = 0.0
 
 
