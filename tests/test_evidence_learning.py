@@ -61,15 +61,17 @@ def test_cgrpo_update_raises_the_cited_share_and_grpo_leaves_it():
                                                                                    rubric)
   mesh = sharding.make_mesh({"data": 2}, jax.devices()[:2])
   tx = ts.make_optimizer(ts.OptimConfig(learning_rate=1e-3, weight_decay=0.0))
-  step_cfg = ts.StepConfig(loss_positions=True)  # logits only at the loss slots, as the config
+  # logits only at the loss slots, the system turn computed once: as the config
+  step_cfg = ts.StepConfig(loss_positions=True, shared_prefix=True)
   state0, shardings = ts.create_train_state(CFG, tx, mesh, seed=0)
   step = ts.make_train_step(CFG, loss_lib.LossConfig(), step_cfg, tx, mesh, shardings)
   logprob_fn = ts.make_logprob_fn(CFG, step_cfg, mesh, shardings.params)
-  pack_cfg = packing.PackingConfig(row_lengths=(448,), row_multiple=2)
+  pack_cfg = packing.PackingConfig(row_lengths=(448,), row_multiple=2, prefix_multiple=64)
 
   def batch_for(advantages):
     packed = packing.pack_trajectories(flat, advantages.reshape(-1), pack_cfg)
-    b = packed.arrays()
+    b = packing.split_shared_prefix(packed.arrays(), pack_cfg.prefix_multiple)
+    assert b["prefix_tokens"].shape == (192,)  # the system turn with the tools, 192 of 193
     b["loss_mask"] = b["loss_mask"].astype(np.float32)
     b["loss_index"], b["loss_valid"] = packing.loss_positions(b["loss_mask"] > 0, 64)
     return packed, b
@@ -82,9 +84,11 @@ def test_cgrpo_update_raises_the_cited_share_and_grpo_leaves_it():
 
   def cited_share(params, packed, b):
     """Mean over questions of P(cited) / (P(cited) + P(uncited)) at the fork."""
-    logp = np.asarray(logprob_fn(params, b), np.float64)  # [R, S]: slot t predicts token t+1
-    per = [logp[packed.trajectory_index == i] for i in range(len(flat))]  # row-major, in order
-    at = np.array([[per[2 * q + k][fork[q] - 1] for k in range(2)] for q in range(QUESTIONS)])
+    logp = np.asarray(logprob_fn(params, b), np.float64)  # [R, S - P]: slot P + t predicts
+    p = len(b["prefix_tokens"])  # token P + t + 1
+    per = [logp[packed.trajectory_index[:, p:] == i] for i in range(len(flat))]  # in order
+    at = np.array([[per[2 * q + k][fork[q] - 1 - p] for k in range(2)]
+                   for q in range(QUESTIONS)])
     return float(np.mean(1.0 / (1.0 + np.exp(at[:, 1] - at[:, 0]))))
 
   shares = {}
