@@ -184,7 +184,7 @@ class Trainer:
     restricted_vocab.check_scored(self.step_cfg.vocab, batch["targets"], batch["loss_mask"])
     if self.pack_cfg.prefix_multiple:
       batch = packing.split_shared_prefix(batch, self.pack_cfg.prefix_multiple)
-      metrics["train/packing_prefix"] = float(len(batch["prefix_tokens"]))
+    metrics["train/packing_prefix"] = float(len(batch.get("prefix_tokens", ())))
     batch["loss_mask"] = batch["loss_mask"].astype(np.float32)
     return batch, metrics
 

@@ -252,7 +252,7 @@ def loss_positions(loss_mask: np.ndarray, multiple: int) -> tuple[np.ndarray, np
 
 def shared_prefix_length(tokens: np.ndarray, segment_ids: np.ndarray,
                          loss_mask: np.ndarray) -> int:
-  """The most leading slots [R, S] rows can share: the same tokens in every live row (one
+  """How many leading slots the [R, S] rows share: the same tokens in every live row (one
   whose column 0 is not padding), all in its first segment, none with loss; at most S - 1."""
   live = segment_ids[:, 0] > 0
   if not live.any():
@@ -275,5 +275,6 @@ def split_shared_prefix(arrays: Mapping[str, np.ndarray], multiple: int) -> dict
   p = shared_prefix_length(arrays["tokens"], arrays["segment_ids"],
                            arrays["loss_mask"]) // multiple * multiple
   out = {k: np.ascontiguousarray(v[:, p:]) for k, v in arrays.items()}
-  out["prefix_tokens"] = np.ascontiguousarray(arrays["tokens"][0, :p])
+  live = int(np.argmax(arrays["segment_ids"][:, 0] > 0))  # any row with the prefix
+  out["prefix_tokens"] = np.ascontiguousarray(arrays["tokens"][live, :p])
   return out

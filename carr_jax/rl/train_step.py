@@ -169,7 +169,7 @@ def key_sharding(mesh: Mesh, key: str, rank: int = 2) -> NamedSharding:
 
 
 def batch_shardings(mesh: Mesh, keys) -> dict[str, NamedSharding]:
-  return {k: key_sharding(mesh, k, 1 if k in SHARED_KEYS else 2) for k in keys}
+  return {k: key_sharding(mesh, k) for k in keys}
 
 
 def global_batch(batch: dict, mesh: Mesh, keys) -> dict:
