@@ -20,7 +20,8 @@
 # Time for 3 seeds on 2 cores (docs/results.md): ~51 min with set-up, estimated from the phases
 # of a run measured end to end from a fresh clone with the main job's 50 RL steps, 60 min 42 s
 # (SFT pair of 900 steps ~20.5 min, the third SFT alone on both cores ~11 min, three RL pairs
-# of 50 steps ~10 min each; :stale's 30-step pairs ~6 min).
+# of 50 steps ~10 min each; :stale's 30-step pairs ~6 min); with the system turn computed once
+# per batch (batch.prefix_multiple, since 2026-11-28) ~41 min estimated there, not yet timed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
