@@ -158,8 +158,8 @@ def compile_config(config, devices, rows: int = 0, row_length: int = 0) -> tuple
            "attention": attention.resolve(cfg.attention, devices[0].platform, cfg.compute_dtype)}
   if "sft" in config:
     from carr_jax.coldstart import step as sft_step
-    step = sft_step.sft_step_fn(cfg, components.sft_step_config(config, vocab), tx)
-    keys = sft_step.sft_batch_keys(components.sft_step_config(config, vocab))
+    sft_cfg = components.sft_step_config(config, vocab)
+    step, keys = sft_step.sft_step_fn(cfg, sft_cfg, tx), sft_step.sft_batch_keys(sft_cfg)
   else:
     loss_cfg, step_cfg = components.loss_config(config), components.step_config(config, vocab)
     step = ts.train_step_fn(cfg, loss_cfg, step_cfg, tx)
