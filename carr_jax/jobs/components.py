@@ -132,7 +132,8 @@ def engine(config: Any, params: Any, cfg: Qwen3Config, weight_version: str,
   if r.engine == "jax":
     from carr_jax.model.engine import JaxEngine
     return JaxEngine(params, cfg, weight_version=weight_version, max_batch=r.max_batch,
-                     seed=config.seed, max_total_len=r.max_context_tokens, vocab=vocab)
+                     seed=config.seed, max_total_len=r.max_context_tokens, vocab=vocab,
+                     prefix_multiple=config.batch.prefix_multiple)
   if r.engine == "sglang":
     if vocab is not None:
       raise ValueError("model.output_vocab must be 'full' with rollout.engine='sglang'")

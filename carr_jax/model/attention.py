@@ -3,8 +3,9 @@
 `attend(q, k, v, segment_ids, impl)` is what `carr_jax.model.qwen3.Attention` calls (training and
 prefill); decoding writes a KV cache (`write_cache`) and reads it (`attend_cache`, dense).
 Rows that continue a prefix they all share, computed once (`batch.prefix_multiple`), go
-through `attend_after_prefix` (dense or blockwise, merged with the prefix's keys by
-log-sum-exp).
+through `attend_after_prefix` (dense or blockwise) in training and prefill and `attend_cache`
+with `prefix` in decoding: each merges the rows' own softmax with the one over the prefix's
+keys by log-sum-exp.
 Query head n = kv head * G + g reads kv head n // G (GQA). Token t of a row attends to token
 s when s <= t, both carry the same segment id, and that id is > 0 (0 marks padding). Rows of
 padding produce finite garbage that callers mask out.
@@ -97,28 +98,45 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
   return kernels[resolve(impl, dtype=q.dtype)](q, k, v, segment_ids)
 
 
-def write_cache(cache: dict, key: jax.Array, value: jax.Array, positions: jax.Array) -> dict:
-  """key / value [B, T, K, H] stored at columns positions [B, T] of cache k / v [B, K, S, H].
+def write_cache(cache: dict, key: jax.Array, value: jax.Array, columns: jax.Array) -> dict:
+  """key / value [B, T, K, H] stored at columns [B, T] of cache k / v [B, K, S, H].
 
   The cache keeps the kv-head axis before time so each (row, head) is one contiguous [S, H]
   matrix, the layout XLA's CPU dots want ([B, S, K, H] made XLA transpose a copy of every
   layer's cache at each decoding step).
   """
   rows = jnp.arange(key.shape[0])[:, None]  # [B, 1]
-  return {name: cache[name].at[rows, :, positions].set(x.astype(cache[name].dtype))
+  return {name: cache[name].at[rows, :, columns].set(x.astype(cache[name].dtype))
           for name, x in (("k", key), ("v", value))}
 
 
-def attend_cache(q: jax.Array, k: jax.Array, v: jax.Array, q_pos: jax.Array) -> jax.Array:
-  """Queries over a KV cache, dense: q [B, T, K, G, H], k / v [B, K, S, H] (column = position),
-  q_pos [B, T] -> out [B, T, K, G, H]. Query t reads the columns <= q_pos[b, t] (decoding:
-  T = 1, and every column below a row's length holds its own tokens)."""
+def attend_cache(q: jax.Array, k: jax.Array, v: jax.Array, q_col: jax.Array,
+                 prefix: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+  """Queries over a KV cache, dense: q [B, T, K, G, H], k / v [B, K, S, H], q_col [B, T] the
+  queries' cache columns -> out [B, T, K, G, H]. Query t reads the columns <= q_col[b, t]
+  (decoding: T = 1, and every column below a row's length holds its own tokens). With
+  `prefix` (keys / values [P, K, H] that precede every row, the rows' column c being position
+  P + c) every query also reads all P of them: the two softmaxes merge by log-sum-exp.
+  """
   s = jnp.einsum("BTKGH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32)
   s = s.astype(jnp.float32) * (q.shape[-1] ** -0.5)
-  allowed = jnp.arange(k.shape[2])[None, None, :] <= q_pos[:, :, None]  # [B, T, S]
+  allowed = jnp.arange(k.shape[2])[None, None, :] <= q_col[:, :, None]  # [B, T, S]
   s = jnp.where(allowed[:, None, None], s, _NEG_INF)
-  probs = jax.nn.softmax(s, axis=-1).astype(q.dtype)  # [B, K, G, T, S]
-  return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v)
+  lse = jax.nn.logsumexp(s, axis=-1)  # [B, K, G, T]
+  probs = jnp.exp(s - lse[..., None]).astype(q.dtype)  # [B, K, G, T, S]
+  out = jnp.einsum("BKGTS,BKSH->BTKGH", probs, v)
+  if prefix is None:
+    return out
+  return _merge(out, jnp.einsum("BKGT->BTKG", lse), *_prefix_lse(q, *prefix), q.dtype)
+
+
+def _merge(out_a, lse_a, out_b, lse_b, dtype):
+  """Attention over two disjoint key sets, each part out [B, T, K, G, H] with its log-sum-exp
+  [B, T, K, G] (-inf-like: no key) -> the attention over their union, in `dtype`."""
+  lse = jnp.logaddexp(lse_a, lse_b)
+  share = lambda part: jnp.exp(part - lse)[..., None]  # noqa: E731
+  out = share(lse_a) * out_a.astype(jnp.float32) + share(lse_b) * out_b.astype(jnp.float32)
+  return out.astype(dtype)
 
 
 def mask(q_seg: jax.Array, k_seg: jax.Array, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
@@ -177,14 +195,9 @@ def attend_after_prefix(q, k, v, segment_ids, k_prefix, v_prefix, impl: str = "a
     out_own, lse_own = _dense_lse(q, k, v, mask(segment_ids, segment_ids, cols, cols))
   else:
     out_own, lse_own = blockwise_lse(q, k, v, segment_ids)
-  lse_own = jnp.einsum("BKGT->BTKG", lse_own)
   out_pre, lse_pre = _prefix_lse(q, k_prefix, v_prefix)
   lse_pre = jnp.where((segment_ids == 1)[:, :, None, None], lse_pre, _NEG_INF)
-  lse = jnp.logaddexp(lse_own, lse_pre)  # [B, T, K, G]
-  share = lambda part: jnp.exp(part - lse)[..., None]  # noqa: E731
-  out = (share(lse_own) * out_own.astype(jnp.float32)
-         + share(lse_pre) * out_pre.astype(jnp.float32))
-  return out.astype(q.dtype)
+  return _merge(out_own, jnp.einsum("BKGT->BTKG", lse_own), out_pre, lse_pre, q.dtype)
 
 
 def _prefix_lse(q, k_prefix, v_prefix):

@@ -20,6 +20,13 @@ Cache: {"k", "v": [L, B, K, S, H] (compute dtype), "lengths": [B] int32 filled c
 kv-head axis before time (`carr_jax.model.attention.write_cache`). Columns at or beyond a row's
 length hold garbage (prompt padding) and are masked out; decode overwrites them in order.
 
+Shared prefix: when every row begins with the same P tokens (the chat template's system turn),
+`generate(prefix_tokens=...)` runs them once (`prefill_prefix`) into "prefix_k" / "prefix_v"
+[L, P, K, H] beside the rows' cache, which then holds only what follows: row b's column c is
+position P + c, and every query also attends to the P shared keys (merged by log-sum-exp). The
+same attention as whole rows, to rounding; the rows' cache, their prefill and each decoding
+step's reads shrink by P columns.
+
 Restricted output vocabulary (`vocab`, a `restricted_vocab.RestrictedVocab` of V' ids): `prefill`
 / `decode_step` return logits over those V' columns only, `sample_tokens` draws a column, and
 `generate` maps it back to its token id (`restricted_vocab.token_ids`) before storing it,
@@ -70,10 +77,16 @@ def init_cache(cfg: Qwen3Config, batch: int, max_len: int, dtype: Any = None) ->
 def _forward(params: dict, cfg: Qwen3Config, tokens: jax.Array, positions: jax.Array,
              segments: jax.Array, cache: dict) -> tuple[jax.Array, dict]:
   """The model's own forward pass with the cache (`model.Qwen3.with_cache`): [B, T] inputs
-  -> (final-normed hidden [B, T, D], the updated {"k", "v"})."""
-  kv = {"k": cache["k"], "v": cache["v"]}
-  return Qwen3(cfg).apply({"params": params}, tokens, positions, segments, kv,
-                          method=Qwen3.with_cache)
+  -> (final-normed hidden [B, T, D], the cache with "k" and "v" updated)."""
+  layers = {name: x for name, x in cache.items() if name != "lengths"}
+  hidden, kv = Qwen3(cfg).apply({"params": params}, tokens, positions, segments, layers,
+                                method=Qwen3.with_cache)
+  return hidden, {**cache, **kv}
+
+
+def prefix_columns(cache: dict) -> int:
+  """P, the positions before the rows' column 0 (a shared prefix's length, or 0)."""
+  return cache["prefix_k"].shape[1] if "prefix_k" in cache else 0
 
 
 def _logits(params: dict, cfg: Qwen3Config, hidden: jax.Array,
@@ -85,27 +98,40 @@ def _logits(params: dict, cfg: Qwen3Config, hidden: jax.Array,
 
 # ------------------------------------------------------------------ prefill and decode
 
+def prefill_prefix(params: dict, cfg: Qwen3Config, prefix_tokens: jax.Array) -> dict:
+  """Tokens [P] that every row begins with, run once -> {"prefix_k", "prefix_v":
+  [L, P, K, H]}: added to a cache, they are the first P positions of every row, and the
+  rows' tokens (`prefill`) start at position P."""
+  p = prefix_tokens.shape[0]
+  ones = jnp.ones((1, p), jnp.int32)
+  _, kv = _forward(params, cfg, prefix_tokens[None], jnp.arange(p)[None], ones,
+                   init_cache(cfg, 1, p))
+  to_shared = lambda x: jnp.einsum("LKPH->LPKH", x[:, 0])  # noqa: E731
+  return {"prefix_k": to_shared(kv["k"]), "prefix_v": to_shared(kv["v"])}
+
+
 def prefill(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Array,
             cache: dict, vocab: RestrictedVocab | None = None) -> tuple[jax.Array, dict]:
-  """Runs right-padded prompts tokens [B, T] (lengths [B] >= 1) into an EMPTY cache.
+  """Runs right-padded prompts tokens [B, T] (lengths [B] >= 1) into an EMPTY cache (which
+  may hold a shared prefix, `prefill_prefix`: the prompts are then what follows it).
 
   Returns (fp32 logits [B, V'] of each row's last prompt token, cache with lengths set).
   """
   b, t = tokens.shape
   cols = jnp.arange(t)
-  positions = jnp.broadcast_to(cols, (b, t))
+  positions = jnp.broadcast_to(cols + prefix_columns(cache), (b, t))
   segments = (cols[None, :] < lengths[:, None]).astype(jnp.int32)  # [B, T]: 1 prompt, 0 padding
-  hidden, kv = _forward(params, cfg, tokens, positions, segments, cache)
+  hidden, cache = _forward(params, cfg, tokens, positions, segments, cache)
   last = hidden[jnp.arange(b), lengths - 1]  # [B, D]
-  return _logits(params, cfg, last, vocab), {**kv, "lengths": lengths.astype(jnp.int32)}
+  return _logits(params, cfg, last, vocab), {**cache, "lengths": lengths.astype(jnp.int32)}
 
 
 def decode_step(params: dict, cfg: Qwen3Config, token: jax.Array, cache: dict,
                 vocab: RestrictedVocab | None = None) -> tuple[jax.Array, dict]:
   """Appends token [B] at column cache["lengths"] of each row -> (fp32 logits [B, V'], cache)."""
-  pos = cache["lengths"][:, None]  # [B, 1] position (= column) of the new token
-  hidden, kv = _forward(params, cfg, token[:, None], pos, jnp.ones_like(pos), cache)
-  return _logits(params, cfg, hidden[:, 0], vocab), {**kv, "lengths": cache["lengths"] + 1}
+  pos = cache["lengths"][:, None] + prefix_columns(cache)  # [B, 1] position of the new token
+  hidden, cache = _forward(params, cfg, token[:, None], pos, jnp.ones_like(pos), cache)
+  return _logits(params, cfg, hidden[:, 0], vocab), {**cache, "lengths": cache["lengths"] + 1}
 
 
 # ------------------------------------------------------------------ sampling
@@ -152,19 +178,23 @@ def sample_tokens(logits: jax.Array, keys: jax.Array, temperature: jax.Array,
 def generate(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Array,
              seeds: jax.Array, temperature: jax.Array, top_p: jax.Array, top_k: jax.Array,
              max_new_tokens: jax.Array, stop_ids: jax.Array, *, max_steps: int,
-             vocab: RestrictedVocab | None = None) -> dict:
+             vocab: RestrictedVocab | None = None,
+             prefix_tokens: jax.Array | None = None) -> dict:
   """Prefill + up to `max_steps` sampled tokens per row, stopping rows independently.
 
   tokens [B, T] right-padded, lengths [B] >= 1, seeds [B] uint32 (row b's step-i key is
   fold_in(key(seeds[b]), i), so a row's draws do not depend on its batch mates),
   temperature/top_p [B] f32, top_k [B] int32, max_new_tokens [B] int32 (<= max_steps; 0 =
   an idle padding row), stop_ids [B, M] int32 (-1 = unused slot); `vocab` the output
-  vocabulary (None: all V ids).
+  vocabulary (None: all V ids); `prefix_tokens` [P] tokens every row begins with, computed
+  once (`prefill_prefix`), `tokens` / `lengths` then being what follows them.
   Returns {"tokens": [B, max_steps] (valid up to num_tokens), "logprobs": [B, max_steps],
   "num_tokens": [B], "stop_token": [B] (the matched stop id, -1 if the row hit the length)}.
   """
   b, t = tokens.shape
   cache = init_cache(cfg, b, t + max_steps)
+  if prefix_tokens is not None:
+    cache.update(prefill_prefix(params, cfg, prefix_tokens))
   logits, cache = prefill(params, cfg, tokens, lengths, cache, vocab)
   row_keys = jax.vmap(jax.random.key)(seeds)
 

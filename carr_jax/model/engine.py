@@ -20,6 +20,11 @@ slots to powers of two, the prompt length to quarter steps between them (`length
 at most 1.25x padding where a power of two can waste almost 2x; the KV cache is prompt bucket
 plus new tokens); padding rows generate nothing.
 
+Shared prefix (`prefix_multiple` > 0, the config's `batch.prefix_multiple`): the leading
+tokens all of a batch's prompts share (the chat template's system turn), rounded down to that
+multiple, are computed once per batch (`decode.generate`'s `prefix_tokens`), and the rows keep
+only what follows; `prefix_lengths` records each batch's.
+
 Randomness: a request's 32-bit seed hashes the engine seed, the weight version served when it
 is submitted and its rid (`request_seed`), and row draws depend only on that seed and the
 decode step.  The agent's rids name the episode and turn (prompt/sample/turn), so samples are
@@ -85,9 +90,24 @@ class _Request:
   aborted: bool = False
 
 
-def _pack(batch: Sequence[_Request], rows: int, min_len: int) -> dict[str, np.ndarray]:
-  """Requests -> right-padded numpy arguments of `decode.generate` with `rows` rows."""
-  prompt_len = length_bucket(max(len(r.prompt_ids) for r in batch), min_len)
+def shared_prefix_length(prompts: Sequence[Sequence[int]], multiple: int) -> int:
+  """The leading tokens every prompt shares, rounded down to a multiple of `multiple` (0: no
+  sharing), leaving every prompt at least one token of its own."""
+  if multiple <= 0:
+    return 0
+  first, n = prompts[0], min(len(p) for p in prompts) - 1
+  for p in prompts[1:]:
+    n = next((i for i in range(n) if p[i] != first[i]), n)
+  return n // multiple * multiple
+
+
+def _pack(batch: Sequence[_Request], rows: int, min_len: int,
+          prefix_multiple: int = 0) -> dict[str, np.ndarray]:
+  """Requests -> right-padded numpy arguments of `decode.generate` with `rows` rows; with
+  `prefix_multiple`, the prefix the requests share (`shared_prefix_length`) is cut off into
+  "prefix_tokens" [P] when P > 0."""
+  shared = shared_prefix_length([r.prompt_ids for r in batch], prefix_multiple)
+  prompt_len = length_bucket(max(len(r.prompt_ids) for r in batch) - shared, min_len)
   stop_slots = bucket(max(len(r.params.stop_token_ids) for r in batch), 2)
   args = {"tokens": np.zeros((rows, prompt_len), np.int32),
           "lengths": np.ones((rows,), np.int32),  # padding rows: one token, no output
@@ -97,10 +117,12 @@ def _pack(batch: Sequence[_Request], rows: int, min_len: int) -> dict[str, np.nd
           "top_k": np.full((rows,), -1, np.int32),
           "max_new_tokens": np.zeros((rows,), np.int32),
           "stop_ids": np.full((rows, stop_slots), -1, np.int32)}
+  if shared:
+    args["prefix_tokens"] = np.asarray(batch[0].prompt_ids[:shared], np.int32)
   for i, r in enumerate(batch):
     p = r.params
-    args["tokens"][i, :len(r.prompt_ids)] = r.prompt_ids
-    args["lengths"][i] = len(r.prompt_ids)
+    args["tokens"][i, :len(r.prompt_ids) - shared] = r.prompt_ids[shared:]
+    args["lengths"][i] = len(r.prompt_ids) - shared
     args["seeds"][i] = r.seed
     args["temperature"][i], args["top_p"][i], args["top_k"][i] = p.temperature, p.top_p, p.top_k
     args["max_new_tokens"][i] = p.max_new_tokens
@@ -134,9 +156,12 @@ class JaxEngine(Engine):
 
   def __init__(self, params: Any, cfg: Qwen3Config, *, weight_version: str = "0",
                max_batch: int = 8, seed: int = 0, max_total_len: int | None = None,
-               min_len_bucket: int = 16, vocab: RestrictedVocab | None = None):
+               min_len_bucket: int = 16, vocab: RestrictedVocab | None = None,
+               prefix_multiple: int = 0):
     if max_batch < 1:
       raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+    if prefix_multiple < 0:
+      raise ValueError(f"prefix_multiple must be >= 0, got {prefix_multiple}")
     if vocab is not None:
       vocab.check_fits(cfg.vocab_size)
     self.cfg = cfg
@@ -145,6 +170,7 @@ class JaxEngine(Engine):
     self.max_batch = max_batch
     self.max_total_len = max_total_len or cfg.max_position_embeddings
     self.min_len_bucket = min_len_bucket
+    self.prefix_multiple = prefix_multiple
     self._params, self._version = params, str(weight_version)
     self.seed = seed
     self._anonymous = itertools.count()  # rids of requests sent without one
@@ -154,6 +180,7 @@ class JaxEngine(Engine):
     self._worker: asyncio.Task | None = None
     self._batch_lock: asyncio.Lock | None = None
     self.batch_sizes: list[int] = []  # requests per batch served, in order (for metrics)
+    self.prefix_lengths: list[int] = []  # each batch's shared prefix P (0: none), in order
 
   # ------------------------------------------------------------------ generation
 
@@ -212,7 +239,8 @@ class JaxEngine(Engine):
 
   def _generate_batch(self, params: Any, batch: list[_Request],
                       version: str) -> list[GenerationResult]:
-    args = _pack(batch, bucket(len(batch)), self.min_len_bucket)
+    args = _pack(batch, bucket(len(batch)), self.min_len_bucket, self.prefix_multiple)
+    self.prefix_lengths.append(len(args.get("prefix_tokens", ())))
     max_steps = bucket(max(r.params.max_new_tokens for r in batch), self.min_len_bucket)
     out = decode.generate_jit(params, self.cfg, **args, max_steps=max_steps, vocab=self.vocab)
     return _unpack(jax.device_get(out), batch, version)

@@ -85,15 +85,18 @@ class RMSNorm(nn.Module):
 class Attention(nn.Module):
   """GQA self-attention with per-head q/k RMSNorm applied before RoPE, and an optional KV cache.
 
-  Returns (y [B, T, D], the updated cache or None, the prefix's y [1, P, D] or None). Without
-  a cache (training) the chunk attends within itself (`carr_jax.model.attention.attend`). A
-  cache is this layer's {"k", "v": [B, K, S, H]}, a row's columns being its positions: the
+  Returns (y [B, T, D], the updated {"k", "v"} or None, the prefix's y [1, P, D] or None).
+  Without a cache (training) the chunk attends within itself (`carr_jax.model.attention.attend`).
+  A cache is this layer's {"k", "v": [B, K, S, H]}, a row's columns being its positions: the
   chunk's keys and values are written at columns `positions`, then either the chunk is each
   row's prompt from column 0 (T > 1, the prefill of an empty cache: it attends within itself,
   as in training) or it is one token per row (T = 1, decoding: it attends over the cache
-  columns up to its position). With `prefix` (the normed hidden [1, P, D] of tokens that
-  precede every row, at positions 0 .. P-1; no cache) the prefix attends within itself once
-  and the rows' segment 1 also attends to it (`attention.attend_after_prefix`).
+  columns up to its position). A cache may also hold "prefix_k" / "prefix_v" [P, K, H], the
+  keys and values of P tokens that precede every row (`decode.prefill_prefix`): the rows'
+  columns are then positions minus P, and prefill and decoding also attend to all P.
+  With `prefix` (the normed hidden [1, P, D] of tokens that precede every row, at positions
+  0 .. P-1; no cache) the prefix attends within itself once and the rows' segment 1 also
+  attends to it (`attention.attend_after_prefix`).
   """
   cfg: Qwen3Config
 
@@ -131,12 +134,18 @@ class Attention(nn.Module):
       y_prefix = output(attention.attend(q_p, k_p, v_p, jnp.ones_like(pos), impl), None)
       out = attention.attend_after_prefix(q, key, value, segment_ids, k_p[0], v_p[0], impl)
       return output(out, BATCH), cache, y_prefix
-    if cache is not None:
-      cache = attention.write_cache(cache, key, value, positions)
-    if cache is None or x.shape[1] > 1:
+    if cache is None:
+      return output(attention.attend(q, key, value, segment_ids, cfg.attention), BATCH), None, None
+    shared = (cache["prefix_k"], cache["prefix_v"]) if "prefix_k" in cache else None
+    columns = positions - (0 if shared is None else shared[0].shape[0])
+    cache = attention.write_cache(cache, key, value, columns)
+    if x.shape[1] == 1:
+      out = attention.attend_cache(q, cache["k"], cache["v"], columns, shared)
+    elif shared is None:
       out = attention.attend(q, key, value, segment_ids, cfg.attention)
     else:
-      out = attention.attend_cache(q, cache["k"], cache["v"], positions)
+      out = attention.attend_after_prefix(q, key, value, segment_ids, *shared,
+                                          attention.prefix_impl(cfg.attention, cdt))
     return output(out, BATCH), cache, None
 
 
@@ -241,7 +250,8 @@ class Qwen3(nn.Module):
 
   def with_cache(self, tokens, positions, segment_ids, cache):
     """Prefill or decode (see `Attention`): [B, T] inputs and the stacked cache
-    {"k", "v": [L, B, K, S, H]} -> (final-normed hidden [B, T, D], the updated cache)."""
+    {"k", "v": [L, B, K, S, H]} (and "prefix_k", "prefix_v" [L, P, K, H] when the rows
+    continue a shared prefix) -> (final-normed hidden [B, T, D], the updated {"k", "v"})."""
     hidden, _, cache = self._body(tokens, positions, segment_ids, cache)
     return hidden, cache
 

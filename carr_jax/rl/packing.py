@@ -61,7 +61,8 @@ class PackingConfig:
   pad_id: int = 0  # token id written into padding slots
   vocab_size: int | None = None  # when set, token ids must be < vocab_size
   prefix_multiple: int = 0  # > 0: the leading tokens every row shares, rounded down to a
-  # multiple of this, are cut off and computed once (`split_shared_prefix`; dense models)
+  # multiple of this, are cut off and computed once (`split_shared_prefix`; dense models);
+  # the in-process engine does the same per batch of prompts (carr_jax/model/engine.py)
 
   def __post_init__(self):
     if not self.row_lengths or any(int(s) < 1 for s in self.row_lengths):
