@@ -92,7 +92,8 @@ def main() -> None:
     same = sum(a == b for a, b in zip(whole[turn]["first_token"], shared[turn]["first_token"]))
     gap = max(abs(a - b) for a, b in zip(whole[turn]["first_logprob"],
                                          shared[turn]["first_logprob"]))
-    print(f"ratio shared / whole (peer), {turn}: speed {whole[turn]['s'] / shared[turn]['s']:.2f}x; "
+    speed = whole[turn]["s"] / shared[turn]["s"]
+    print(f"ratio shared / whole (peer), {turn}: speed {speed:.2f}x; "
           f"first tokens equal {same}/{whole['rows']}, log-prob gap {gap:.1e}")
 
 

@@ -72,6 +72,7 @@ def lookup_world(c) -> None:
   c.batch.logprob_chunk = 128
   c.batch.loss_positions_multiple = 64
   c.batch.prefix_multiple = 64  # the 193-token system turn: 192 computed once per batch
+  # (in training and in the engine's batches of prompts)
   c.optim.weight_decay = 0.0
 
 
