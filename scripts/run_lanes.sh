@@ -13,10 +13,11 @@
 #                                                     CARR_JAX_METHODS="grpo cgrpo noconn ..."
 #                                                     those methods, two at a time
 # Two runs go side by side, each pinned to one core (taskset) when there are two; a run left
-# without a partner gets both cores. (On 2 quiet cores a run alone is ~1.8x faster than
-# pinned to one, benchmarks/README.md `## demo`: pairs and runs in turn take about the
-# same time.) Each run logs to <its workdir>.log and resumes when rerun; a failed
-# run fails the stage after its partner ends.
+# without a partner gets both cores, and so do the processes a run starts after its partner
+# ended (the gate's probe and top-ups). (On 2 quiet cores an SFT step of the reference world
+# takes 0.63-0.65 s alone and 1.17 s pinned beside another: a pair is ~10% faster than the
+# two in turn; benchmarks/README.md `## demo`.) Each run logs to <its workdir>.log and
+# resumes when rerun; a failed run fails the stage after its partner ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py="${CARR_JAX_VENV:-.venv}/bin/python"
@@ -32,12 +33,24 @@ pin() {  # pin CORE CMD...: CMD on core CORE when the machine has two
   fi
 }
 
+unpin() {  # unpin PID: PID and every process under it may use every core (the processes
+  # they start too; a running XLA process keeps the thread pool it started with)
+  local child
+  taskset -a -p -c "0-$(( $(nproc) - 1 ))" "$1" > /dev/null 2>&1 || true
+  for child in $(pgrep -P "$1" || true); do unpin "$child"; done
+}
+
 pair() {  # pair "CMD_A" "CMD_B" LOG_A LOG_B: both at once, one core each; fails if either did
-  # (CMD_A alone, with CMD_B empty, gets every core)
-  local a b status=0
+  # (CMD_A alone, with CMD_B empty, gets every core). When one ends, what the other starts
+  # next (a gate's top-up SFT, say) gets every core.
+  local a b pid status=0
   if [ -n "$2" ]; then
     pin 0 bash -c "$1" > "$3" 2>&1 & a=$!
     pin 1 bash -c "$2" > "$4" 2>&1 & b=$!
+    wait -n "$a" "$b" || true  # statuses are read below: bash keeps them
+    if command -v pgrep > /dev/null; then
+      for pid in "$a" "$b"; do if kill -0 "$pid" 2> /dev/null; then unpin "$pid"; fi; done
+    fi
   else
     bash -c "$1" > "$3" 2>&1 & a=$!
   fi
