@@ -17,11 +17,10 @@
 #                                                              the main job's seed table
 # Runs go two at a time, one core each (scripts/run_lanes.sh); logs in OUT_DIR/*.log; every
 # run resumes when rerun (a finished one is not redone). Extra args go to every RL run.
-# Time for 3 seeds on 2 cores (docs/results.md): ~51 min with set-up, estimated from the phases
-# of a run measured end to end from a fresh clone with the main job's 50 RL steps, 60 min 42 s
-# (SFT pair of 900 steps ~20.5 min, the third SFT alone on both cores ~11 min, three RL pairs
-# of 50 steps ~10 min each; :stale's 30-step pairs ~6 min); with the system turn computed once
-# per batch (batch.prefix_multiple, since 2026-11-28) ~41 min estimated there, not yet timed.
+# Time for 3 seeds on 2 quiet cores, set-up included: 51 min 44 s, timed end to end from a fresh
+# clone on a slow 2-core machine (2026-11-28: SFT pair of 900 steps 17.8 min, one gate top-up
+# and the probes 5.1 min, the third SFT alone 9.6 min, three RL pairs of 30 steps ~6 min each;
+# benchmarks/README.md `## demo`). Each gate top-up a seed needs adds 200 SFT steps (~2-4 min).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
