@@ -32,9 +32,8 @@ def test_shared_prefix_length_stops_at_a_difference_and_rounds_down():
 @pytest.mark.parametrize("name,attention", [("tiny_dense", "blockwise"),
                                             ("tiny_dense", "dense"), ("tiny_moe", "blockwise")])
 def test_prefix_prefill_then_decode_equals_full_forward(name, attention):
-  """P shared tokens, then rows of different lengths (one of a single token, one padded
-  row's worth of garbage columns): prefill and teacher-forced decoding give the logits of the
-  whole rows' forward pass, at every step."""
+  """P shared tokens, then rows of 1 to 9 tokens right-padded to 12: prefill and
+  teacher-forced decoding give the logits of the whole rows' forward pass, at every step."""
   cfg, params = tiny_setup(name)
   cfg = dataclasses.replace(cfg, attention=attention)
   rng = np.random.default_rng(2)

@@ -3,7 +3,7 @@ starts next gets every core; a failed run fails the stage.
 
 The runs are a stand-in interpreter (CARR_JAX_VENV points at it) that prints the cores the
 processes it starts may use (`nproc` reads the process's affinity), so the test runs the real
-script in two seconds.
+script in a few seconds.
 
   python -m pytest tests/test_run_lanes.py -q
 """
@@ -18,13 +18,14 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAKE_PYTHON = """#!/usr/bin/env bash
-# `python -m carr_jax.sft ... --config.seed=S`: seed 0 ends at once with $FAKE_STATUS; seed 1
-# prints the cores of a process it starts now, and of one it starts after seed 0 ended.
+# `python -m carr_jax.sft ... --config.seed=S`: seed 0 ends after 1.5 s with $FAKE_STATUS;
+# seed 1 prints the cores of a process it starts at once, and of one it starts after seed 0
+# ended.
 case "$*" in
-  *--config.seed=0*) exit "${FAKE_STATUS:-0}" ;;
+  *--config.seed=0*) sleep 1.5; exit "${FAKE_STATUS:-0}" ;;
 esac
 nproc
-sleep 2
+sleep 3
 nproc
 """
 
