@@ -12,7 +12,7 @@
 #      questions (where the shortcut is wrong); last line
 #      `heldout_accuracy start=... end=... n=... samples=...`.
 # Every stage resumes when rerun (a finished SFT stage is not redone). Timed from a fresh
-# clone with set-up: 15.6-16.7 min alone on a slow 2-core machine (4 seeds; seed 0: SFT 10.1
+# clone with set-up: 15.6-17.0 min alone on a slow 2-core machine (5 seeds; seed 0: SFT 10.1
 # min, RL 4.2 min after its first evaluation; benchmarks/README.md `## demo`).
 #   CARR_JAX_WORKDIR   run directory (default workdir/demo)
 #   CARR_JAX_SEED      seed of both stages (default 0); over seeds with the GRPO control:
