@@ -11,22 +11,22 @@ import numpy as np
 import pytest
 
 from carr_jax.model import decode as D
-from carr_jax.model.engine import JaxEngine, shared_prefix_length
+from carr_jax.model.engine import JaxEngine, prompt_prefix_length
 from rollout.engines.base import SamplingParams
 from tests.test_decode import _forward_jit, tiny_setup
 from tests.test_jax_engine import gather
 
 
-def test_shared_prefix_length_stops_at_a_difference_and_rounds_down():
+def test_prompt_prefix_length_stops_at_a_difference_and_rounds_down():
   head = list(range(100, 120))  # 20 shared tokens
-  assert shared_prefix_length([head + [1, 2], head + [3]], 8) == 16
-  assert shared_prefix_length([head + [1, 2], head + [3]], 4) == 20
-  assert shared_prefix_length([head + [1], head[:9] + [0] + head[10:]], 4) == 8  # differs at 9
-  assert shared_prefix_length([head + [1], head + [3]], 0) == 0  # off
+  assert prompt_prefix_length([head + [1, 2], head + [3]], 8) == 16
+  assert prompt_prefix_length([head + [1, 2], head + [3]], 4) == 20
+  assert prompt_prefix_length([head + [1], head[:9] + [0] + head[10:]], 4) == 8  # differs at 9
+  assert prompt_prefix_length([head + [1], head + [3]], 0) == 0  # off
   # Every prompt keeps at least one token of its own: a prompt that is all prefix.
-  assert shared_prefix_length([head, head + [5, 6]], 4) == 16
-  assert shared_prefix_length([head, head], 1) == 19
-  assert shared_prefix_length([head + [7]], 8) == 16  # one prompt: all but its last token
+  assert prompt_prefix_length([head, head + [5, 6]], 4) == 16
+  assert prompt_prefix_length([head, head], 1) == 19
+  assert prompt_prefix_length([head + [7]], 8) == 16  # one prompt: all but its last token
 
 
 @pytest.mark.parametrize("name,attention", [("tiny_dense", "blockwise"),

@@ -90,9 +90,10 @@ class _Request:
   aborted: bool = False
 
 
-def shared_prefix_length(prompts: Sequence[Sequence[int]], multiple: int) -> int:
+def prompt_prefix_length(prompts: Sequence[Sequence[int]], multiple: int) -> int:
   """The leading tokens every prompt shares, rounded down to a multiple of `multiple` (0: no
-  sharing), leaving every prompt at least one token of its own."""
+  sharing), leaving every prompt at least one token of its own. (Token lists of any length;
+  the trainer's packed [R, S] rows have their own rule: `rl.packing.shared_prefix_length`.)"""
   if multiple <= 0:
     return 0
   first, n = prompts[0], min(len(p) for p in prompts) - 1
@@ -104,9 +105,9 @@ def shared_prefix_length(prompts: Sequence[Sequence[int]], multiple: int) -> int
 def _pack(batch: Sequence[_Request], rows: int, min_len: int,
           prefix_multiple: int = 0) -> dict[str, np.ndarray]:
   """Requests -> right-padded numpy arguments of `decode.generate` with `rows` rows; with
-  `prefix_multiple`, the prefix the requests share (`shared_prefix_length`) is cut off into
+  `prefix_multiple`, the prefix the requests share (`prompt_prefix_length`) is cut off into
   "prefix_tokens" [P] when P > 0."""
-  shared = shared_prefix_length([r.prompt_ids for r in batch], prefix_multiple)
+  shared = prompt_prefix_length([r.prompt_ids for r in batch], prefix_multiple)
   prompt_len = length_bucket(max(len(r.prompt_ids) for r in batch) - shared, min_len)
   stop_slots = bucket(max(len(r.params.stop_token_ids) for r in batch), 2)
   args = {"tokens": np.zeros((rows, prompt_len), np.int32),
