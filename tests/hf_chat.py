@@ -1,5 +1,5 @@
 """The reference our chat rendering is checked against: the real Qwen3 tokenizer's HF chat
-template (tests/test_agent.py, tests/test_expert.py)."""
+template (tests/agent/test_episode.py, tests/test_expert.py)."""
 from __future__ import annotations
 
 import json

@@ -21,6 +21,7 @@ from lab.world import build_world
 from lab.world.expert import ExpertConfig, ExpertError, expert_episode, expert_trajectories
 from rollout import chat
 from rollout.trajectory import check_record
+from tests.hf_chat import template_ids
 from tests.test_tokenizer import qwen3_tokenizer
 
 NEWLINE_ID = 198
@@ -40,28 +41,6 @@ def world():
 def episodes(world, fmt):
   records = world.train[:6]
   return records, asyncio.run(expert_trajectories(records, world.corpus_backend(), fmt))
-
-
-def hf_messages(history):
-  """Judge-format (or HF) history -> HF chat messages: arguments as objects, one tool message
-  per output."""
-  out = []
-  for m in history:
-    if m["role"] == "tool" and isinstance(m["content"], list):
-      out += [{"role": "tool", "content": c["output"]} for c in m["content"]]
-    elif m.get("tool_calls"):
-      out.append({**m, "tool_calls": [
-          {"name": c["name"], "arguments": json.loads(c["arguments"]) if isinstance(
-              c["arguments"], str) else c["arguments"]} for c in m["tool_calls"]]})
-    else:
-      out.append(m)
-  return out
-
-
-def template_ids(history, tools, add_generation_prompt=False):
-  return list(qwen3_tokenizer().apply_chat_template(
-      hf_messages(history), tools=tools, tokenize=True,
-      add_generation_prompt=add_generation_prompt, return_dict=False))
 
 
 def template_assistant_mask(history, tools):
