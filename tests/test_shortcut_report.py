@@ -66,6 +66,24 @@ def test_one_seed_states_no_spread(tmp_path):
   assert "+- nan" not in table
 
 
+def test_agreement_without_cited_answers_is_not_zero(tmp_path):
+  """A policy that cites nothing has no agreement share (the trainer logs 0 with
+  answers_citing_received 0): nan for that run, and the mean over the other seeds says so."""
+  for seed, (cited, agrees) in enumerate(((4.0, 1.0), (0.0, 0.0), (2.0, 0.5))):
+    for m in ("grpo", "cgrpo"):
+      workdir = str(tmp_path / f"{m}_seed{seed}")
+      _run(workdir, [1.0, 1.0], 0.5, 0.5)
+      heldout.save(workdir, 3, np.array([0.5]), 2,
+                   {"eval/accuracy": 0.5, "eval/shortcut_admitting_rate": 0.5,
+                    "eval/cited_pages": 1.0, "eval/answers_citing_received": cited,
+                    "eval/answer_agrees_with_cited": agrees})
+  summary = shortcut_report.write_report(str(tmp_path))
+  agreement = summary["grpo"]["answer_agrees_with_cited"]
+  assert agreement[0] == 1.0 and np.isnan(agreement[1]) and agreement[2] == 0.5
+  assert "| answer_agrees_with_cited | 0.750 +- 0.250 over 2 of 3 seeds (1.000, nan, 0.500)" in (
+      tmp_path / "table.md").read_text()
+
+
 def test_unpaired_seeds_are_refused(tmp_path):
   _run(str(tmp_path / "grpo_seed0"), [1.0], 0.5, 0.5)
   _run(str(tmp_path / "cgrpo_seed1"), [1.0], 0.5, 0.5)

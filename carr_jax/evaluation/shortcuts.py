@@ -29,7 +29,8 @@ Metrics (per run; summary.json holds, per method, one value per seed in seed ord
   answer_agrees_with_cited
                      among held-out answers that cite a page the agent received, the share
                      whose exact answer the cited content states (the judge's
-                     `answer_in_cited`).
+                     `answer_in_cited`); nan for an evaluation with no such answer (the
+                     trainer logs 0 there, beside `eval/answers_citing_received` 0).
   heldout_gain, heldout_gain_se
                      the paired change of held-out accuracy from the first evaluation to the
                      last and its standard error (`heldout.change`).
@@ -92,6 +93,13 @@ def _held(row: dict, key: str) -> float:
   return float(row.get(key, math.nan))
 
 
+def _agreement(row: dict) -> float:
+  """answer_agrees_with_cited of one evaluation; nan when no answer cited a received page."""
+  if row.get("eval/answers_citing_received") == 0:
+    return math.nan
+  return _held(row, "eval/answer_agrees_with_cited")
+
+
 def run_summary(workdir: str) -> dict[str, Any]:
   """The metrics of the module docstring for one run."""
   steps = metrics.read_scalars(os.path.join(workdir, "tb"), STEP_TAGS)
@@ -107,10 +115,10 @@ def run_summary(workdir: str) -> dict[str, Any]:
       "heldout_accuracy": final["eval/accuracy"],
       "evidence_only_accuracy": _held(final, "eval/evidence_only_accuracy"),
       "evidence_only_shortcut_answer": _held(final, "eval/evidence_only_shortcut_answer"),
-      "answer_agrees_with_cited": _held(final, "eval/answer_agrees_with_cited"),
+      "answer_agrees_with_cited": _agreement(final),
       "start_evidence_only_accuracy": _held(first, "eval/evidence_only_accuracy"),
       "start_evidence_only_shortcut_answer": _held(first, "eval/evidence_only_shortcut_answer"),
-      "start_answer_agrees_with_cited": _held(first, "eval/answer_agrees_with_cited"),
+      "start_answer_agrees_with_cited": _agreement(first),
       "full_chain_rate": _held(final, "eval/full_chain_rate"),
       "start_full_chain_rate": _held(first, "eval/full_chain_rate"),
       "shortcut_rate": final["eval/shortcut_admitting_rate"],
@@ -162,11 +170,15 @@ def summarize(out_dir: str, wall_s: float | None = None,
 
 
 def _mean_se(values: list[float]) -> str:
-  """"mean +- s.e." over seeds; the value alone for one seed (no spread to state)."""
+  """"mean +- s.e." over the seeds with a value (nan: none to state), "over n of N seeds"
+  when some have none; the value alone for one seed (no spread to state)."""
   v = np.asarray(values, np.float64)
-  if len(v) < 2:
-    return f"{np.mean(v):.3f}"
-  return f"{np.mean(v):.3f} +- {np.std(v, ddof=1) / math.sqrt(len(v)):.3f}"
+  known = v[~np.isnan(v)]
+  if len(known) < 2:
+    text = f"{known[0]:.3f}" if len(known) else "nan"
+  else:
+    text = f"{np.mean(known):.3f} +- {np.std(known, ddof=1) / math.sqrt(len(known)):.3f}"
+  return text if len(known) in (0, len(v)) else f"{text} over {len(known)} of {len(v)} seeds"
 
 
 def table(summary: dict[str, Any]) -> str:
