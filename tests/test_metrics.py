@@ -289,6 +289,19 @@ def test_closing_summary_names_both_ends_and_every_output_then_ends_on_heldout(t
   assert len(heldout.closing_summary(config, workdir, 4, {})) == len(lines) - 1  # no first
 
 
+def test_closing_summary_agreement_of_a_run_that_cites_nothing_is_none():
+  """The trainer logs answer_agrees_with_cited 0 when no answer cited a received page; the
+  closing summary says none, not 0.0000 (which would read as every cited answer contradicted)."""
+  from carr_jax.evaluation import heldout
+  start = {"eval/answer_agrees_with_cited": 1.0, "eval/answers_citing_received": 12.0,
+           "eval/tool_calls": 0.5}
+  end = {"eval/answer_agrees_with_cited": 0.0, "eval/answers_citing_received": 0.0,
+         "eval/tool_calls": 0.0}
+  assert heldout.subset_lines(start, end) == [
+      "held-out answers agreeing with the page they cite: 1.0000 -> none (no answer cited a "
+      "received page)", "held-out tool calls per episode: 0.5000 -> 0.0000"]
+
+
 def test_pass_at_group_counts_groups_with_any_correct_episode():
   from carr_jax.rl import rewards
   from carr_jax.rl import step_stats

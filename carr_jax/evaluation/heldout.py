@@ -117,6 +117,15 @@ def step_line(label: str, metrics: dict) -> str:
           f"tool_calls {metrics.get('rollout/tool_calls', float('nan')):.2f}")
 
 
+def _measure(metrics: dict, key: str) -> str:
+  """One held-out measure as printed; the agreement share of an evaluation in which no answer
+  cited a received page is none (logged as 0 beside answers_citing_received 0)."""
+  if key == "eval/answer_agrees_with_cited" and metrics.get(
+      "eval/answers_citing_received") == 0:
+    return "none (no answer cited a received page)"
+  return f"{metrics[key]:.4f}"
+
+
 def subset_lines(first: dict, final: dict) -> list[str]:
   """Start -> end of the held-out subsets' measures that both evaluations hold."""
   names = (("eval/evidence_only_accuracy", "evidence-only accuracy"),
@@ -124,8 +133,8 @@ def subset_lines(first: dict, final: dict) -> list[str]:
            ("eval/shortcut_admitting_rate", "shortcut rate"),
            ("eval/answer_agrees_with_cited", "answers agreeing with the page they cite"),
            ("eval/tool_calls", "tool calls per episode"))
-  return [f"held-out {label}: {first[key]:.4f} -> {final[key]:.4f}" for key, label in names
-          if key in first and key in final]
+  return [f"held-out {label}: {_measure(first, key)} -> {_measure(final, key)}"
+          for key, label in names if key in first and key in final]
 
 
 def closing_summary(config: Any, workdir: str, steps_done: int, last: dict,
