@@ -117,11 +117,17 @@ def step_line(label: str, metrics: dict) -> str:
           f"tool_calls {metrics.get('rollout/tool_calls', float('nan')):.2f}")
 
 
+def cited_agreement(metrics: dict) -> float:
+  """`eval/answer_agrees_with_cited` of one evaluation; nan where it lacks it or where no answer
+  cited a received page (the trainer logs 0 there, beside `eval/answers_citing_received` 0)."""
+  if metrics.get("eval/answers_citing_received") == 0:
+    return math.nan
+  return float(metrics.get("eval/answer_agrees_with_cited", math.nan))
+
+
 def _measure(metrics: dict, key: str) -> str:
-  """One held-out measure as printed; the agreement share of an evaluation in which no answer
-  cited a received page is none (logged as 0 beside answers_citing_received 0)."""
-  if key == "eval/answer_agrees_with_cited" and metrics.get(
-      "eval/answers_citing_received") == 0:
+  """One held-out measure as printed: an agreement share with no cited answer is none."""
+  if key == "eval/answer_agrees_with_cited" and math.isnan(cited_agreement(metrics)):
     return "none (no answer cited a received page)"
   return f"{metrics[key]:.4f}"
 

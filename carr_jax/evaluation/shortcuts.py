@@ -93,13 +93,6 @@ def _held(row: dict, key: str) -> float:
   return float(row.get(key, math.nan))
 
 
-def _agreement(row: dict) -> float:
-  """answer_agrees_with_cited of one evaluation; nan when no answer cited a received page."""
-  if row.get("eval/answers_citing_received") == 0:
-    return math.nan
-  return _held(row, "eval/answer_agrees_with_cited")
-
-
 def run_summary(workdir: str) -> dict[str, Any]:
   """The metrics of the module docstring for one run."""
   steps = metrics.read_scalars(os.path.join(workdir, "tb"), STEP_TAGS)
@@ -115,10 +108,10 @@ def run_summary(workdir: str) -> dict[str, Any]:
       "heldout_accuracy": final["eval/accuracy"],
       "evidence_only_accuracy": _held(final, "eval/evidence_only_accuracy"),
       "evidence_only_shortcut_answer": _held(final, "eval/evidence_only_shortcut_answer"),
-      "answer_agrees_with_cited": _agreement(final),
+      "answer_agrees_with_cited": heldout.cited_agreement(final),
       "start_evidence_only_accuracy": _held(first, "eval/evidence_only_accuracy"),
       "start_evidence_only_shortcut_answer": _held(first, "eval/evidence_only_shortcut_answer"),
-      "start_answer_agrees_with_cited": _agreement(first),
+      "start_answer_agrees_with_cited": heldout.cited_agreement(first),
       "full_chain_rate": _held(final, "eval/full_chain_rate"),
       "start_full_chain_rate": _held(first, "eval/full_chain_rate"),
       "shortcut_rate": final["eval/shortcut_admitting_rate"],
