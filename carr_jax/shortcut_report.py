@@ -16,7 +16,10 @@ from carr_jax.evaluation.shortcuts import table, write_report
 
 def parser() -> argparse.ArgumentParser:
   p = cli.parser("python -m carr_jax.shortcut_report", lib.__doc__.split("\n")[0])
-  p.add_argument("out_dir", help="directory holding the <method>_seed<k>/ runs")
+  p.add_argument("out_dir", nargs="?", help="directory holding the <method>_seed<k>/ runs")
+  p.add_argument("--from", dest="summary", default=None,
+                 help="print the table of this summary.json instead (docs/data/<table>.json)")
+  p.add_argument("--plot", default=None, help="with --from: also draw the plot to this PNG")
   p.add_argument("--wall-s", type=float, default=None, help="the comparison's wall time, s")
   p.add_argument("--methods", default=",".join(lib.COMPARISON),
                  help=f"comma-separated run-directory methods, of {', '.join(lib.METHODS)}")
@@ -24,6 +27,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _main(args: argparse.Namespace) -> None:
+  if (args.summary is None) == (args.out_dir is None):
+    raise cli.UsageError("give OUT_DIR (runs to summarize) or --from SUMMARY.json, not both")
+  if args.summary is not None:
+    try:
+      summary = lib.read_summary(args.summary)
+      if args.plot:
+        lib.plot(summary, args.plot)
+    except (OSError, ValueError, KeyError) as e:
+      raise cli.UsageError(f"{args.summary}: {e}") from e
+    print(table(summary), end="")
+    return
   try:
     summary = write_report(args.out_dir, args.wall_s, tuple(args.methods.split(",")))
   except (OSError, ValueError) as e:

@@ -80,6 +80,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.world.eval_shortcut_fraction = 0.5  # "reference": the same for held-out questions
   c.world.stale_fraction = 0.0  # "reference": share of training shortcut questions whose
   # glossary page is stale, stating the other kind (lab/world/lookup.py)
+  c.world.swap_eval_pages = False  # "reference": every held-out page states the other kind,
+  # the gold following it (the page-swap evaluation, lab/probes/page_swap.py)
   c.world.locality = 0.0  # chance a person studies/works in their birth city (graph.py)
   c.world.distractors = 6  # distractor sentences per synthetic page (0-6)
   c.world.short_names = False  # one-token names, one-word people (lab/world/graph.py)

@@ -26,7 +26,7 @@ def world_tasks(world_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
                       max_hops=w.max_hops, style=w.style, locality=w.locality,
                       distractors=w.distractors, short_names=w.short_names, prompt=w.prompt,
                       mark_names=w.mark_names, eval_shortcut_fraction=w.eval_shortcut_fraction,
-                      stale_fraction=w.stale_fraction)
+                      stale_fraction=w.stale_fraction, swap_eval_pages=w.swap_eval_pages)
   return world.train, world.eval, world.corpus()
 
 

@@ -27,10 +27,11 @@ bash scripts/setup_env.sh
 venv="${CARR_JAX_VENV:-.venv}"
 workdir="$(realpath -m "${CARR_JAX_WORKDIR:-workdir/demo}")"
 seed="${CARR_JAX_SEED:-0}"
+world=("--config.world.seed=${CARR_JAX_WORLD:-0}")
 init=()
 if [ "${CARR_JAX_DEMO_SFT:-1}" != 0 ]; then
-  bash scripts/cold_start.sh lab/configs/lookup_cpu.py:sft "$workdir/sft" "$seed"
+  bash scripts/cold_start.sh lab/configs/lookup_cpu.py:sft "$workdir/sft" "$seed" "${world[@]}"
   init=("--config.checkpoint.init_dir=$workdir/sft/checkpoints")
 fi
 exec "$venv/bin/python" -m carr_jax.train --config lab/configs/lookup_cpu.py:main \
-  --workdir "$workdir/rl" --config.seed="$seed" ${init[@]+"${init[@]}"} "$@"
+  --workdir "$workdir/rl" --config.seed="$seed" "${world[@]}" ${init[@]+"${init[@]}"} "$@"

@@ -62,7 +62,9 @@ def test_answers_terms_and_shortcut_flags(world):
   assert 0.7 <= share <= 0.8, share
 
 
-def test_glossary_page_ranks_first_and_holds_the_evidence(world):
+def test_glossary_page_ranks_first_and_its_body_holds_the_evidence(world):
+  """The search finds the page; its listing shows the line naming the term, not the
+  evidence, which only the page's body holds (ahead of two notes and that line)."""
   backend = world.corpus_backend()
 
   async def first_hits():
@@ -70,9 +72,20 @@ def test_glossary_page_ranks_first_and_holds_the_evidence(world):
             for r in world.train + world.eval]
   for record, hit in zip(world.train + world.eval, asyncio.run(first_hits())):
     gold = _gold(record)
+    evidence = gold["rubrics"][0]["evidence"]
     assert hit.url == gold["entities"]["E0"]["url"] == lookup.glossary_url(gold["term"])
-    assert gold["rubrics"][0]["evidence"] in hit.snippet
-    assert hit.snippet.endswith(f"of the kind {record['label']}.")
+    assert evidence not in hit.snippet and "kind" not in hit.snippet
+    assert hit.snippet == f"Record {lookup.record_number(gold['term'])} is filed in the " \
+        f"glossary as {gold['term']}."
+    body = world.pages[f"glossary:{gold['term']}"].content
+    assert body.startswith(evidence) and evidence.endswith(f"of the kind {record['label']}.")
+    assert len(re.findall(r"[.!?](?: |$)", body)) == 4  # evidence, two notes, the term's line
+
+
+def test_record_numbers_are_distinct_and_never_a_term():
+  terms = [f"link {n}" for n in range(100, 1000)] + lookup._RELATION_TERMS
+  numbers = [lookup.record_number(t) for t in terms]
+  assert len(set(numbers)) == len(terms) and min(numbers) >= 1000
 
 
 def judged_expert_episodes(world, records, samples: int = 2, **expert):

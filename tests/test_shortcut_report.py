@@ -87,7 +87,7 @@ def test_agreement_without_cited_answers_is_not_zero(tmp_path):
 def test_unpaired_seeds_are_refused(tmp_path):
   _run(str(tmp_path / "grpo_seed0"), [1.0], 0.5, 0.5)
   _run(str(tmp_path / "cgrpo_seed1"), [1.0], 0.5, 0.5)
-  with pytest.raises(ValueError, match="same seeds"):
+  with pytest.raises(ValueError, match=r"same \(world, seed\) pairs"):
     shortcut_report.summarize(str(tmp_path))
   assert report_cli.main([str(tmp_path)]) == 2
 
@@ -114,8 +114,9 @@ def test_a_method_set_with_the_ablations(tmp_path):
   assert summary["rubric"]["full_chain_rate"] == pytest.approx([0.75, 0.85])
   assert np.isnan(summary["grpo"]["start_full_chain_rate"]).all()  # step 0 did not record it
   header = (tmp_path / "table.md").read_text().splitlines()[0]
-  assert header == ("| metric | GRPO | C-GRPO | C-GRPO, no connectivity | C-GRPO, a = 1.0 |")
-  with pytest.raises(ValueError, match="same seeds"):
+  assert header == ("| metric (runs: w0/s0, w0/s1) | GRPO | C-GRPO | C-GRPO, no connectivity | "
+                    "C-GRPO, a = 1.0 |")
+  with pytest.raises(ValueError, match=r"same \(world, seed\) pairs"):
     shortcut_report.summarize(str(tmp_path), methods=("grpo", "alpha01"))
   with pytest.raises(ValueError, match="methods must be"):
     shortcut_report.summarize(str(tmp_path), methods=("grpo", "ppo"))
@@ -136,4 +137,54 @@ def test_paired_end_difference_against_the_first_method(tmp_path):
   assert summary["overlap"]["vs_first"] == pytest.approx([0.125])
   assert summary["overlap"]["vs_first_se"] == pytest.approx([0.125])
   header = (tmp_path / "table.md").read_text().splitlines()[0]
-  assert header == "| metric | C-GRPO | C-GRPO, k = 1 |"
+  assert header == "| metric (runs: w0/s0) | C-GRPO | C-GRPO, k = 1 |"
+
+
+def _evaluated(workdir, last, shortcut, follow=None):
+  """A run whose last evaluation has per-question accuracies `last` and gold flags
+  `shortcut`; `follow`: the page-swap probe's follow.json at the end."""
+  _run(workdir, [1.0, 1.0], 0.5, 0.5)
+  heldout.save(workdir, 3, np.array(last), 4,
+               {"eval/accuracy": float(np.mean(last)), "eval/shortcut_admitting_rate": 0.0,
+                "eval/cited_pages": 1.0, "eval/tool_calls_open": 0.75}, shortcut)
+  if follow is not None:
+    os.makedirs(os.path.join(workdir, "page_swap"))
+    with open(os.path.join(workdir, "page_swap", shortcut_report.FOLLOW_FILE), "w") as f:
+      json.dump(follow, f)
+
+
+def test_worlds_evidence_only_lead_page_swap_and_from(tmp_path, capsys):
+  """Runs over (world, seed) pairs; the evidence-only lead paired over the evidence-only
+  questions only (worked by hand); the page-swap follow rates read from the probe's file;
+  `--from` prints the same table from summary.json."""
+  flags = [True, True, False, False]  # questions 2 and 3 are evidence-only
+  for world, seed in ((0, 0), (1, 1)):
+    _evaluated(str(tmp_path / f"grpo_w{world}_seed{seed}"), [1.0, 1.0, 0.0, 0.5], flags,
+               {"follow_plain": 0.25, "follow_evidence_only": 1.0})
+    _evaluated(str(tmp_path / f"cgrpo_w{world}_seed{seed}"), [1.0, 0.5, 1.0, 0.5 + world / 2],
+               flags, {"follow_plain": 0.75 + world / 8, "follow_evidence_only": 1.0})
+  summary = shortcut_report.write_report(str(tmp_path))
+  assert summary["world_seeds"] == [0, 1] and summary["seeds"] == [0, 1]
+  cgrpo = summary["cgrpo"]
+  # evidence-only differences: world 0 [1, 0] -> 0.5 +- 0.5; world 1 [1, 0.5] -> 0.75 +- 0.25
+  assert cgrpo["evidence_only_vs_first"] == pytest.approx([0.5, 0.75])
+  assert cgrpo["evidence_only_vs_first_se"] == pytest.approx([0.5, 0.25])
+  # over all four questions, world 0: [0, -0.5, 1, 0] -> 0.125
+  assert cgrpo["vs_first"][0] == pytest.approx(0.125)
+  assert cgrpo["page_swap_follow_plain"] == pytest.approx([0.75, 0.875])
+  assert np.isnan(cgrpo["start_page_swap_follow_plain"]).all()  # no probe at the start
+  assert cgrpo["open_calls"] == [0.75, 0.75]
+  table = (tmp_path / "table.md").read_text()
+  assert table.splitlines()[0].startswith("| metric (runs: w0/s0, w1/s1) |")
+  assert "| shortcut_rate (rubric readout) |" in table
+  capsys.readouterr()
+  assert report_cli.main(["--from", str(tmp_path / "summary.json"),
+                          "--plot", str(tmp_path / "again.png")]) == 0
+  assert capsys.readouterr().out == table
+  assert (tmp_path / "again.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert report_cli.main([]) == 2  # neither runs nor --from
+
+
+def test_an_evaluation_without_flags_has_no_evidence_only_split():
+  with pytest.raises(ValueError, match="no evidence-only split"):
+    shortcut_report.evidence_only([1.0, 0.0], [])

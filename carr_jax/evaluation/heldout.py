@@ -37,7 +37,7 @@ def shortcut_subset_metrics(records: Sequence[dict], breakdowns: Sequence[Any],
   the judge could connect) is below `threshold`: right, but without the evidence chain.
   """
   k = len(breakdowns) // max(len(records), 1)
-  flags = [bool((r.get("metadata") or {}).get("gold", {}).get("shortcut")) for r in records]
+  flags = shortcut_flags(records)
   chosen = [b for i, b in enumerate(breakdowns) if flags[i // k]] if k else []
   rate = step_stats.judge_metrics(chosen, threshold, prefix)[f"{prefix}shortcut_rate"]
   return {f"{prefix}shortcut_questions": float(sum(flags)),
@@ -80,11 +80,19 @@ def change(start: np.ndarray, end: np.ndarray) -> dict:
           "difference": float(np.mean(diff)), "standard_error": se, "n": n}
 
 
-def save(workdir: str, step: int, accuracy: np.ndarray, samples: int, metrics: dict) -> None:
+def shortcut_flags(records: Sequence[dict]) -> list[bool]:
+  """[Q] each record's gold `shortcut` flag (False where it has none: evidence-only)."""
+  return [bool((r.get("metadata") or {}).get("gold", {}).get("shortcut")) for r in records]
+
+
+def save(workdir: str, step: int, accuracy: np.ndarray, samples: int, metrics: dict,
+         shortcut: Sequence[bool] = ()) -> None:
+  """workdir/eval/step_<step>.json: per-question accuracy [Q], the questions' gold shortcut
+  flags [Q] (the evidence-only split is where they are False) and the metrics."""
   directory = os.path.join(workdir, "eval")
   os.makedirs(directory, exist_ok=True)
   row = {"step": step, "samples": samples, "per_question_accuracy": accuracy.tolist(),
-         "metrics": metrics}
+         "per_question_shortcut": list(shortcut), "metrics": metrics}
   with open(os.path.join(directory, f"step_{step}.json"), "w", encoding="utf-8") as f:
     json.dump(row, f)
 

@@ -1,28 +1,42 @@
 """The method comparisons' report: summary.json, a table and a plot from the run dirs.
 
     python -m carr_jax.shortcut_report OUT_DIR [--wall-s S] [--methods grpo,cgrpo,...]
+    python -m carr_jax.shortcut_report --from docs/data/<table>.json [--plot PATH]
 
-reads OUT_DIR/<method>_seed<k>/ (each a `carr_jax.train` workdir: TensorBoard events in tb/,
-held-out evaluations in eval/step_<N>.json) for every method of `--methods` (default grpo,
-cgrpo; names in `METHODS`), the same seeds for each, and writes OUT_DIR/summary.json,
-OUT_DIR/table.md and OUT_DIR/shortcuts.png. `scripts/reproduce_shortcuts.sh` (GRPO vs
-C-GRPO) and `scripts/reproduce_chains.sh` (with the ablations) run it last.
+reads OUT_DIR/<method>_w<world>_seed<k>/ (or <method>_seed<k>/: world 0; each a
+`carr_jax.train` workdir: TensorBoard events in tb/, held-out evaluations in
+eval/step_<N>.json, the page-swap probe's page_swap/ and page_swap_start/) for every method of
+`--methods` (default grpo, cgrpo; names in `METHODS`), the same (world, seed) pairs for each,
+and writes OUT_DIR/summary.json, OUT_DIR/table.md and OUT_DIR/shortcuts.png. With `--from` it
+prints the table (and draws the plot) of a summary.json written before.
+`scripts/reproduce_shortcuts.sh` (GRPO vs C-GRPO) and `scripts/reproduce_chains.sh` (with the
+ablations) run it last.
 
-Metrics (per run; summary.json holds, per method, one value per seed in seed order):
+Metrics (per run; summary.json holds, per method, one value per run, parallel to its top-level
+`world_seeds` and `seeds` lists). The first four answer the method's claim without reading
+its reward; the rubric readouts below them are what C-GRPO is paid for:
+  evidence_only_accuracy
+                     avg@k accuracy on the held-out questions with no shortcut (gold flag):
+                     on the reference world, those whose relation's usual kind is wrong, so
+                     only the page the question's own link finds answers them.
   heldout_accuracy   avg@k outcome accuracy on the held-out questions at the last evaluation
                      (k = train.eval_samples; the trainer's `eval/accuracy`).
-  shortcut_rate      on the held-out questions that admit a shortcut (gold flag), the share of
-                     correct answers whose rubric reward is below reward.shortcut_threshold:
-                     right without the cited evidence (`eval/shortcut_admitting_rate`).
+  page_swap_follow_plain, page_swap_follow_evidence_only
+                     the page-swap probe (lab/probes/page_swap.py) on the last checkpoint: with
+                     every held-out page stating the other answer, the share of samples that
+                     follow the page, on the questions whose unswapped answer is the usual
+                     kind (plain) and on the evidence-only ones; nan without the probe.
+  evidence_only_vs_first, evidence_only_vs_first_se
+                     evidence_only_accuracy minus the first method's from the same (world,
+                     seed), paired over the evidence-only questions, and its standard error.
+  shortcut_rate      (rubric readout) on the held-out questions that admit a shortcut (gold
+                     flag), the share of correct answers whose rubric reward is below
+                     reward.shortcut_threshold (`eval/shortcut_admitting_rate`).
   tool_calls_first / tool_calls_last
                      mean tool calls per training episode over the first / last 10% of steps
                      (at least one step each; `rollout/tool_calls`).
   cited_pages        mean distinct cited URLs per held-out episode at the last evaluation
                      (`eval/cited_pages`).
-  evidence_only_accuracy
-                     avg@k accuracy on the held-out questions with no shortcut (gold flag):
-                     on the reference world, those whose relation's usual kind is wrong, so
-                     only the page the question's own link finds answers them.
   evidence_only_shortcut_answer
                      the share of those samples answering the relation's usual kind instead
                      (what a policy that ignores the page would answer): reading vs shortcut.
@@ -34,7 +48,8 @@ Metrics (per run; summary.json holds, per method, one value per seed in seed ord
   heldout_gain, heldout_gain_se
                      the paired change of held-out accuracy from the first evaluation to the
                      last and its standard error (`heldout.change`).
-  full_chain_rate    the share of right held-out answers whose rubric reward is 1: every
+  full_chain_rate    (rubric readout) the share of right held-out answers whose rubric reward
+                     is 1: every
                      rubric identified, supported by a cited page and connected to the answer
                      (on the chain world, the whole chain cited; `eval/full_chain_rate`).
   start_*            the same held-out measures at step 0 (the run's SFT policy).
@@ -69,15 +84,22 @@ _COLOURS = ("tab:orange", "tab:blue", "tab:green", "tab:red", "tab:purple")
 STEP_TAGS = {"outcome_reward": "judge/outcome_reward_mean",
              "rubric_reward": "judge/rubric_reward_mean",
              "tool_calls": "rollout/tool_calls", "shortcut_rate": "judge/shortcut_rate"}
-# summary.json's per-method lists, in the table's row order
-SUMMARY_KEYS = ("start_heldout_accuracy", "heldout_accuracy", "heldout_gain", "heldout_gain_se",
-                "start_evidence_only_accuracy",
-                "evidence_only_accuracy", "start_evidence_only_shortcut_answer",
-                "evidence_only_shortcut_answer", "start_shortcut_rate", "shortcut_rate",
-                "tool_calls_first", "tool_calls_last", "start_cited_pages", "cited_pages",
+# summary.json's per-method lists, in the table's row order: the claim's measures first
+SUMMARY_KEYS = ("start_evidence_only_accuracy", "evidence_only_accuracy",
+                "start_heldout_accuracy", "heldout_accuracy", "heldout_gain", "heldout_gain_se",
+                "start_page_swap_follow_plain", "page_swap_follow_plain",
+                "start_page_swap_follow_evidence_only", "page_swap_follow_evidence_only",
+                "evidence_only_vs_first", "evidence_only_vs_first_se", "vs_first",
+                "vs_first_se", "start_evidence_only_shortcut_answer",
+                "evidence_only_shortcut_answer", "tool_calls_first", "tool_calls_last",
+                "start_open_calls", "open_calls", "start_cited_pages", "cited_pages",
                 "start_answer_agrees_with_cited", "answer_agrees_with_cited",
-                "start_full_chain_rate", "full_chain_rate", "vs_first", "vs_first_se")
-_RUN = re.compile(r"^(?P<method>[a-z0-9]+)_seed(?P<seed>\d+)$")
+                "start_shortcut_rate", "shortcut_rate", "start_full_chain_rate",
+                "full_chain_rate")
+READOUTS = ("start_shortcut_rate", "shortcut_rate", "start_full_chain_rate", "full_chain_rate")
+PAGE_SWAP = {"page_swap": "", "page_swap_start": "start_"}  # probe dir in a run -> key prefix
+FOLLOW_FILE = "follow.json"  # what lab/probes/page_swap.py writes in its --out
+_RUN = re.compile(r"^(?P<method>[a-z0-9]+?)(?:_w(?P<world>\d+))?_seed(?P<seed>\d+)$")
 
 
 def edge_mean(values: list[float], last: bool, share: float = 0.1) -> float:
@@ -91,6 +113,20 @@ def edge_mean(values: list[float], last: bool, share: float = 0.1) -> float:
 def _held(row: dict, key: str) -> float:
   """A held-out measure of one evaluation; nan where it lacks it (an older run)."""
   return float(row.get(key, math.nan))
+
+
+def page_swap(workdir: str) -> dict[str, float]:
+  """The page-swap probe's follow rates of a run (nan where the probe did not run)."""
+  out = {}
+  for directory, prefix in PAGE_SWAP.items():
+    path = os.path.join(workdir, directory, FOLLOW_FILE)
+    rates = {}
+    if os.path.exists(path):
+      with open(path, encoding="utf-8") as f:
+        rates = json.load(f)
+    for split in ("plain", "evidence_only"):
+      out[f"{prefix}page_swap_follow_{split}"] = float(rates.get(f"follow_{split}", math.nan))
+  return out
 
 
 def run_summary(workdir: str) -> dict[str, Any]:
@@ -121,21 +157,51 @@ def run_summary(workdir: str) -> dict[str, Any]:
       "start_heldout_accuracy": first["eval/accuracy"],
       "start_shortcut_rate": first["eval/shortcut_admitting_rate"],
       "start_cited_pages": first["eval/cited_pages"],
+      "open_calls": _held(final, "eval/tool_calls_open"),
+      "start_open_calls": _held(first, "eval/tool_calls_open"),
+      **page_swap(workdir),
+      "start_per_question": evals[0]["per_question_accuracy"],
       "final_per_question": evals[-1]["per_question_accuracy"],
+      "per_question_shortcut": evals[-1].get("per_question_shortcut", []),
       "eval_steps": [r["step"] for r in evals],
       "heldout_accuracy_per_eval": [r["metrics"]["eval/accuracy"] for r in evals],
       "steps": steps,
   }
 
 
-def find_runs(out_dir: str, methods=COMPARISON) -> dict[str, dict[int, str]]:
-  """method -> seed -> workdir, for the OUT_DIR/<method>_seed<k> directories of `methods`."""
-  runs: dict[str, dict[int, str]] = {}
+def find_runs(out_dir: str, methods=COMPARISON) -> dict[str, dict[tuple[int, int], str]]:
+  """method -> (world seed, seed) -> workdir, for the OUT_DIR/<method>[_w<world>]_seed<k>
+  directories of `methods` (no world: world 0)."""
+  runs: dict[str, dict[tuple[int, int], str]] = {}
   for name in sorted(os.listdir(out_dir)):
     match = _RUN.match(name)
     if match and match["method"] in methods:
-      runs.setdefault(match["method"], {})[int(match["seed"])] = os.path.join(out_dir, name)
+      key = (int(match["world"] or 0), int(match["seed"]))
+      runs.setdefault(match["method"], {})[key] = os.path.join(out_dir, name)
   return runs
+
+
+def evidence_only(per_question: list[float], shortcut: list[bool]) -> np.ndarray:
+  """[Q'] the per-question accuracies of the evidence-only questions (shortcut flag False)."""
+  if len(shortcut) != len(per_question):
+    raise ValueError("an evaluation without per-question shortcut flags (written before "
+                     "heldout.save kept them) has no evidence-only split")
+  return np.asarray(per_question, np.float64)[~np.asarray(shortcut, bool)]
+
+
+def paired_leads(run: dict, first: dict) -> dict[str, float]:
+  """`run`'s end-of-run lead over `first` (the same world and seed), paired over the held-out
+  questions and over the evidence-only ones, with standard errors."""
+  vs = heldout.change(np.array(first["final_per_question"]), np.array(run["final_per_question"]))
+  out = {"vs_first": vs["difference"], "vs_first_se": vs["standard_error"],
+         "evidence_only_vs_first": math.nan, "evidence_only_vs_first_se": math.nan}
+  if run["per_question_shortcut"] and first["per_question_shortcut"]:
+    ev = heldout.change(evidence_only(first["final_per_question"],
+                                      first["per_question_shortcut"]),
+                        evidence_only(run["final_per_question"], run["per_question_shortcut"]))
+    out.update(evidence_only_vs_first=ev["difference"],
+               evidence_only_vs_first_se=ev["standard_error"])
+  return out
 
 
 def summarize(out_dir: str, wall_s: float | None = None,
@@ -144,18 +210,18 @@ def summarize(out_dir: str, wall_s: float | None = None,
   if unknown or not methods:
     raise ValueError(f"methods must be some of {sorted(METHODS)}, got {list(methods)}")
   runs = find_runs(out_dir, methods)
-  seed_sets = {m: sorted(runs.get(m, {})) for m in methods}
-  seeds = seed_sets[methods[0]]
-  if not seeds or any(s != seeds for s in seed_sets.values()):
-    raise ValueError(f"{out_dir}: need <method>_seed<k> of every method in {list(methods)} "
-                     f"for the same seeds, found {seed_sets}")
-  per_run = {m: [run_summary(runs[m][s]) for s in seeds] for m in methods}
+  pair_sets = {m: sorted(runs.get(m, {})) for m in methods}
+  pairs = pair_sets[methods[0]]
+  if not pairs or any(s != pairs for s in pair_sets.values()):
+    raise ValueError(f"{out_dir}: need <method>[_w<world>]_seed<k> of every method in "
+                     f"{list(methods)} for the same (world, seed) pairs, found {pair_sets}")
+  per_run = {m: [run_summary(runs[m][p]) for p in pairs] for m in methods}
   for m in methods:
     for run, first in zip(per_run[m], per_run[methods[0]]):
-      vs = heldout.change(np.array(first["final_per_question"]),
-                          np.array(run["final_per_question"]))
-      run["vs_first"], run["vs_first_se"] = vs["difference"], vs["standard_error"]
-  summary: dict[str, Any] = {"seeds": seeds, "wall_time_s": wall_s, "methods": list(methods)}
+      run.update(paired_leads(run, first))
+  summary: dict[str, Any] = {"world_seeds": [w for w, _ in pairs],
+                             "seeds": [s for _, s in pairs], "wall_time_s": wall_s,
+                             "methods": list(methods)}
   for m in methods:
     summary[m] = {k: [r[k] for r in per_run[m]] for k in SUMMARY_KEYS}
     summary[m]["runs"] = per_run[m]
@@ -175,15 +241,32 @@ def _mean_se(values: list[float]) -> str:
 
 
 def table(summary: dict[str, Any]) -> str:
-  """Markdown: one row per metric, per method the mean +- s.e. over seeds and the values."""
+  """Markdown: one row per metric, per method the mean +- s.e. over runs and the values, in
+  the order of the (world, seed) pairs the header names; rubric readouts say so."""
   methods = summary["methods"]
-  rows = ["| metric | " + " | ".join(METHODS[m] for m in methods) + " |",
+  pairs = ", ".join(f"w{w}/s{s}" for w, s in zip(summary.get("world_seeds", [0] *
+                                                             len(summary["seeds"])),
+                                                  summary["seeds"]))
+  rows = [f"| metric (runs: {pairs}) | " + " | ".join(METHODS[m] for m in methods) + " |",
           "|---" * (len(methods) + 1) + "|"]
   for k in SUMMARY_KEYS:
+    if k not in summary[methods[0]]:
+      continue  # a summary written before the metric existed
     cells = [f"{_mean_se(summary[m][k])} ({', '.join(f'{x:.3f}' for x in summary[m][k])})"
              for m in methods]
-    rows.append(f"| {k} | " + " | ".join(cells) + " |")
+    label = f"{k} (rubric readout)" if k in READOUTS else k
+    rows.append(f"| {label} | " + " | ".join(cells) + " |")
   return "\n".join(rows) + "\n"
+
+
+def read_summary(path: str) -> dict[str, Any]:
+  """A summary.json written by `write_report` (such as docs/data/<table>.json)."""
+  with open(path, encoding="utf-8") as f:
+    summary = json.load(f)
+  missing = [k for k in ("methods", "seeds") if k not in summary]
+  if missing:
+    raise ValueError(f"{path}: not a comparison summary (no {', '.join(missing)})")
+  return summary
 
 
 def plot(summary: dict[str, Any], path: str) -> None:

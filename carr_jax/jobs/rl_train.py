@@ -223,7 +223,7 @@ class Trainer:
                **heldout.shortcut_subset_metrics(records, breakdowns, threshold),
                **heldout.evidence_subset_metrics(records, breakdowns),
                "eval/accuracy": float(np.mean(accuracy))}
-    heldout.save(self.workdir, step, accuracy, k, metrics)
+    heldout.save(self.workdir, step, accuracy, k, metrics, heldout.shortcut_flags(records))
     for i in range(min(self.config.train.text_samples, len(flat))):
       self.log.writer.text(step, f"eval/trajectory_{i}",
                            step_stats.render_trajectory_markdown(flat[i], breakdowns[i]))

@@ -47,9 +47,9 @@ def chain_world(c) -> None:
   c.world.min_hops = 2
   c.world.max_hops = 2
   c.rollout.max_turn_tokens = 96  # the cited reply is ~70 tokens
-  c.rollout.max_context_tokens = 640  # a cited expert episode is ~560
-  c.rollout.max_tool_calls = 3
-  c.batch.row_lengths = (640,)  # one episode per row
+  c.rollout.max_context_tokens = 960  # a cited expert episode (2 searches, 2 opens) is ~870
+  c.rollout.max_tool_calls = 5  # the expert makes 4; one to spare
+  c.batch.row_lengths = (960,)  # one episode per row
 
 
 def get_config(arg=None):

@@ -24,12 +24,13 @@ The relation's usual kind is a shortcut, right on 80% of the training questions
 (`world.shortcut_fraction`) and on half of the held-out ones
 (`world.eval_shortcut_fraction`); on the others only the glossary page of the
 question's own link tells the answer (the evidence-only split). The prompt offers
-browser.search and browser.open; searching "glossary link 417" ranks that page first, and
-the gold judge's rubric reward is 1 only for an answer that cites it and whose exact answer
-is the kind it states.
+browser.search and browser.open; searching "glossary link 417" ranks that page first, its
+listing names the link but not the kind, so the page must be opened; the gold judge's rubric
+reward is 1 only for an answer that cites the opened page and whose exact answer is the kind
+its body states.
 
 The cold start (`:sft`) imitates the "lookup" expert: on one of a question's two samples it
-searches and answers what the page says, citing it; on the other it answers the relation's
+searches, opens the first result and answers what the page says, citing it; on the other it answers the relation's
 usual kind without a tool (the shortcut, wrong on exceptions). Copying the question's link
 into the query is learned as a sudden transition at a seed-dependent SFT step (before 400 on
 two of five seeds measured, between 400 and 900 on the others; one had copied on 20% of
@@ -66,9 +67,10 @@ def lookup_world(c) -> None:
   c.world.distractors = 0
   c.world.prompt = "brief"  # browser.search and browser.open
   c.rollout.max_turn_tokens = 64
-  c.rollout.max_context_tokens = 448  # a prompt is ~280 tokens, a cited expert episode ~430
+  c.rollout.max_context_tokens = 640  # a prompt is ~280 tokens, a cited expert episode
+  # (search, open, answer) at most ~580
   c.rollout.max_tool_calls = 2
-  c.batch.row_lengths = (448,)  # one episode per row
+  c.batch.row_lengths = (640,)  # one episode per row
   c.batch.logprob_chunk = 128
   c.batch.loss_positions_multiple = 64
   c.batch.prefix_multiple = 64  # the 193-token system turn: 192 computed once per batch

@@ -7,11 +7,13 @@ and wrong on the evidence-only held-out ones. What changes is the evidence: the 
 the question's link does not state the kind; it names the next term, and only the last page of
 the chain states the kind. With 2 hops:
 
-  Glossary: link 417   "Link 417 continues under code 733."
-  Glossary: code 733   "Code 733 is of the kind organization."
+  Glossary: link 417   "Under record 3919, the trail continues under code 733. ..."
+  Glossary: code 733   "Under record 6131, the thing pointed to is of the kind organization. ..."
 
-So a cited answer takes two searches, and the second query ("glossary code 733") is read off the
-first page, never off the question. Each hop's term has its own marker word (`MARKERS`: link,
+(each page's body as lookup.glossary_entry writes it: the deciding sentence, notes, and last
+the line naming the page's own term, the only one a listing shows). So a cited answer takes two
+searches and two opens, and the second query ("glossary code 733") is read off the first
+page's body, never off the question or a listing. Each hop's term has its own marker word (`MARKERS`: link,
 code, entry, note), so the next search copies the 3 digits after a word the question never holds:
 the copy a tiny policy learns (docs/results.md), not an invented name.
 
@@ -32,7 +34,8 @@ import random
 import networkx as nx
 
 from lab.world import named
-from lab.world.lookup import glossary_entry, question_term, relation_words, usual_kind
+from lab.world.lookup import (glossary_entry, kind_statement, question_term, relation_words,
+                              usual_kind)
 from lab.world.pages import EntityPage
 from lab.world.questions import Question
 
@@ -57,17 +60,16 @@ def chain_terms(questions: list[Question], rng: random.Random,
           for q, link in zip(questions, links)}
 
 
-def page_sentence(terms: tuple[str, ...], i: int, kind: str) -> str:
-  """What the glossary page of terms[i] says: the next term, or (the last) the kind."""
-  head = terms[i][0].upper() + terms[i][1:]
+def page_statement(terms: tuple[str, ...], i: int, kind: str) -> str:
+  """What the glossary page of terms[i] decides: the next term, or (the last) the kind."""
   if i + 1 < len(terms):
-    return f"{head} continues under {terms[i + 1]}."
-  return f"{head} is of the kind {kind}."
+    return f"the trail continues under {terms[i + 1]}"
+  return kind_statement(kind)
 
 
 def chain_pages(terms: tuple[str, ...], kind: str) -> list[EntityPage]:
   """The glossary pages of one chain, in hop order."""
-  return [glossary_entry(term, page_sentence(terms, i, kind)) for i, term in enumerate(terms)]
+  return [glossary_entry(term, page_statement(terms, i, kind)) for i, term in enumerate(terms)]
 
 
 def glossary_pages(g: nx.MultiDiGraph, questions: list[Question],
@@ -106,7 +108,7 @@ def gold_annotations(g: nx.MultiDiGraph, q: Question, terms: tuple[str, ...]) ->
   for i, page in enumerate(pages):
     text, ids = rubric(terms, i)
     rubrics.append({"text": text, "placeholders": ids, "url": page.url,
-                    "evidence": page.content})
+                    "evidence": page.facts[("glossary",)]})
   return {"entities": entities, "rubrics": rubrics, "shortcut": q.shortcut, "hops": len(terms),
           "options": list(named.KINDS), "term": terms[0], "chain": list(terms),
           "shortcut_answer": usual_kind(q),

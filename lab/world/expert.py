@@ -28,13 +28,14 @@ fraction f of the records and gives it in every sample: a noisy expert, right on
 f + (1 - f) / K of its replies, whom RL can surpass (lab/configs/kinds_cpu.py).
 
 `answer="lookup"` is for the "lookup" world (lab/world/lookup.py): on a coded question,
-and on every other sample of a plain one, it searches "glossary <term>" (one result) and
-answers the kind the glossary states, citing its page; on the other samples of a plain
+and on every other sample of a plain one, it searches "glossary <term>" (one result), opens
+that result (the listing never states the kind) and answers the kind the page's body
+states, citing its page; on the other samples of a plain
 question it answers like "guess" (no tool, `known_fraction` applies). So the policy sees both
 ways to answer a plain question, the cited one and the shortcut. A "reference" question is
 treated as a plain one whatever its answer, and its known tool-free answer is the relation's
 usual kind (`shortcut_answer`): wrong on an exception, as a shortcut is. A "chain" question
-(lab/world/chain.py) is searched term by term, each page naming the next, and answered
+(lab/world/chain.py) is searched and opened term by term, each page naming the next, and answered
 with every page's sentence, each citing its page.
 
 Episodes are trajectory records (docs/design.md section 2) built token by token the way the
@@ -47,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -208,16 +210,22 @@ def looks_up(gold: Mapping, record_id: str, sample_index: int) -> bool:
   return (random.Random(f"{record_id}/search").randrange(2) + sample_index) % 2 == 0
 
 
-def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
-  """The kind the glossary page states (a stale page's too: the expert reads, it does not
-  know), citing the page (which must be the first result)."""
-  url = gold["entities"]["E0"]["url"]
-  if _result_number(session, url) != 0:
+async def open_first(ep: _Episode, url: str) -> None:
+  """Opens result 0 of the latest search, which must be the page at `url`."""
+  if _result_number(ep.session, url) != 0:
     raise ExpertError(f"the glossary page {url} is not the first search result")
-  stated_kind = STATED_KIND.search(session.results[0].snippet)
+  opened = await ep.act(OPEN_THOUGHT, "browser.open", {"id": 0})
+  if not opened.ok:
+    raise ExpertError(f"could not open the glossary page {url}: {opened.text[:200]}")
+
+
+def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
+  """The kind the opened glossary page states in its body (a stale page's too: the expert
+  reads, it does not know), citing the page."""
+  url = gold["entities"]["E0"]["url"]
+  stated_kind = STATED_KIND.search(session.page_text)
   if stated_kind is None:
-    raise ExpertError(f"the glossary page {url} states no kind: "
-                      f"{session.results[0].snippet!r}")
+    raise ExpertError(f"the glossary page {url} states no kind: {session.page_text!r}")
   kind = stated_kind.group(1)
   # a reference question's reply restates the page's ending ("... of the kind city."), so
   # reading it becomes copying the word after "kind"
@@ -230,14 +238,17 @@ CITED_PAGES = {"all": slice(None), "first": slice(0, 1), "last": slice(-1, None)
 
 
 def cited_chain_answer(gold: Mapping, first_urls: Sequence[str], pages: str = "all") -> str:
-  """A chain question's reply: the sentence of each page `pages` names (CITED_PAGES) citing it,
-  in chain order, then the kind; `first_urls` is the first result of each search, which must
+  """A chain question's reply: the rubric of each page `pages` names (CITED_PAGES), its
+  entities filled in ("Link 417 continues under code 733."), citing the page, in chain order,
+  then the kind; `first_urls` is the first result of each search, which must
   be the chain's pages."""
   urls = [r["url"] for r in gold["rubrics"]]
   if list(first_urls) != urls:
     raise ExpertError(f"the chain's searches found {list(first_urls)}, not its pages {urls}")
   cited = gold["rubrics"][CITED_PAGES[pages]]
-  lines = [f"{r['evidence']} [[{k}]({r['url']})]" for k, r in enumerate(cited, 1)]
+  names = {e: v["name"] for e, v in gold["entities"].items()}
+  filled = [re.sub(r"<(E\d+)>", lambda m: names[m[1]], r["text"]) for r in cited]
+  lines = [f"{text} [[{k}]({r['url']})]" for k, (text, r) in enumerate(zip(filled, cited), 1)]
   return ("## Explanation with Citations\n" + "\n".join(lines)
           + f"\n\n## Exact Answer\n{gold['entities']['E0']['name']}")
 
@@ -284,14 +295,16 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
     ep.answer(shortcut_thought(gold, reply.rsplit("\n", 1)[-1]), reply)
   elif cfg.answer == "lookup" and "chain" in gold:
     first_urls = []
-    for k, term in enumerate(gold["chain"]):
+    for k, (term, rubric) in enumerate(zip(gold["chain"], gold["rubrics"])):
       await ep.act(NEXT_TERM_THOUGHT if k else GLOSSARY_THOUGHT, "browser.search",
                    {"query": f"glossary {term}", "num": 1})
       first_urls.append(ep.session.results[0].url if ep.session.results else None)
+      await open_first(ep, rubric["url"])
     ep.answer("", cited_chain_answer(gold, first_urls, chain_pages(record, sample_index, cfg)))
   elif cfg.answer == "lookup":
     await ep.act(GLOSSARY_THOUGHT, "browser.search", {"query": f"glossary {gold['term']}",
                                                        "num": 1})
+    await open_first(ep, gold["entities"]["E0"]["url"])
     ep.answer("", cited_kind_answer(gold, ep.session))
   else:
     chain = [gold["entities"][f"E{i}"] for i in range(gold["hops"], -1, -1)]  # head first

@@ -13,13 +13,20 @@ A question asks the kind of the thing a named subject points to, as in the "kind
       its glossary page tells the answer.
 
 The corpus holds every entity page plus one glossary page per term (a relation's wording or a
-link number), titled "Glossary: <term>", whose single sentence is the evidence: "Whatever a
-subject studied at is of the kind organization." An agent searches "glossary <term>", the page
-ranks first, and it answers citing the page's URL. Each record has one rubric, about E0, the
-answer kind itself ("Whatever a subject studied at is of the kind <E0>."), supported only when
-the cited content holds that sentence: a right answer without the citation earns outcome 1 and
-rubric reward 0, a shortcut by the definition of `carr_jax.evaluation.heldout` (right, evidence not
-connected).
+link number), titled "Glossary: <term>". The answer is in the page's body, never in a search
+listing (`glossary_entry`): the deciding sentence opens the body under the page's own record
+number ("Under record 3919, its object is of the kind organization."), two notes
+that state no kind follow, and the body ends with the one line that names the term ("Record
+3919 is filed in the glossary as link 417."). A search for "glossary <term>" ranks the page
+first and shows that last line as its description (the sentence sharing most query words;
+nothing follows it), so an agent must open the page to read the kind, and answers citing the
+page's URL. Each record has one rubric, about E0, the answer kind itself ("Whatever a subject
+studied at is of the kind <E0>."), whose evidence is the deciding sentence: supported only when
+the agent received that sentence from a page it cites (an opened page; a listing never shows
+it). A right answer without it earns outcome 1 and rubric reward 0, a shortcut by the definition
+of `carr_jax.evaluation.heldout` (right, evidence not connected). The record number ties the
+sentence to its term without the term's words, so no other page holds it and no query for the
+term matches it.
 
 The search term and the URL are read off the question's words (a relation out of five, or the
 digits of a link number), never an entity's invented name: a tiny policy learns to copy names
@@ -40,10 +47,16 @@ page and the relation are each right on most training questions but not all, so 
 reward alone pays reading no more than the shortcut; only a rubric that asks for a cited,
 supporting page tells them apart. The gold evidence stays the true sentence, which no page of
 such a question holds: no answer earns its rubric. Held-out pages are never stale.
+
+Page swap (`swapped`, `world.swap_eval_pages`): every held-out question's thing is replaced by
+one of the other kind, so its page states the other answer and its gold follows; a policy that
+reads answers the page, one that takes the shortcut does not (the share that follows the page,
+per split: `lab.probes.page_swap`).
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
 import random
 import re
 
@@ -56,7 +69,7 @@ from lab.world.questions import Question
 
 _CODE = re.compile(r" has (link \d+) to something\.| \((link \d+)\)\.")
 _PUBLISHED = "2020-01-01"
-STATED_KIND = re.compile(r"is of the kind (\w+)\.$")  # the kind a glossary sentence states
+STATED_KIND = re.compile(r"is of the kind (\w+)\.")  # the kind a glossary page states
 
 
 def is_lookup(gold: dict) -> bool:
@@ -86,14 +99,45 @@ def glossary_url(term: str) -> str:
   return f"https://{DOMAIN}/glossary/{term.replace(' ', '_')}"
 
 
-def glossary_entry(term: str, sentence: str) -> EntityPage:
-  """The glossary page of `term`, whose one sentence is its evidence."""
-  return EntityPage(f"glossary:{term}", glossary_url(term), f"Glossary: {term}", sentence,
-                    _PUBLISHED, {("glossary",): sentence})
+_RELATION_TERMS = sorted(r.forward.format(x="").strip() for r in on.RELATIONS.values())
+_NOTES = ("Revised in {year}.", "Added in {year}.", "Cross-referenced twice.",
+          "Listed in the old index.", "Checked by the editors in {year}.",
+          "Moved from another heading.")  # a glossary page's notes: no kind, no query word
+
+
+def record_number(term: str) -> int:
+  """The glossary page's record number: 4 digits, one per term, never a term's own number
+  (terms hold 3 digits; every number is used by one term only: chain.chain_terms)."""
+  digits = term.rsplit(" ", 1)[-1]
+  if digits.isdigit():
+    return 1000 + 7 * int(digits)  # n in 100..999: distinct, in 1700..7993
+  return 8000 + _RELATION_TERMS.index(term)
+
+
+def deciding_sentence(term: str, statement: str) -> str:
+  """The sentence of `term`'s page that decides: "Under record 3919, <statement>."."""
+  return f"Under record {record_number(term)}, {statement}."
+
+
+def glossary_entry(term: str, statement: str) -> EntityPage:
+  """The glossary page of `term`: its deciding sentence (`statement`, e.g. "its object
+  to is of the kind city"), two notes drawn per term that state nothing the questions ask,
+  then the line that names the term, last, so that a listing shows it and not the statement
+  (`rollout.tools.corpus.best_snippet` shows the best-matching sentence and what follows)."""
+  sentence = deciding_sentence(term, statement)
+  draw = random.Random(f"glossary/{term}")
+  notes = [n.format(year=draw.randint(1950, 2019)) for n in draw.sample(_NOTES, 2)]
+  named = f"Record {record_number(term)} is filed in the glossary as {term}."
+  return EntityPage(f"glossary:{term}", glossary_url(term), f"Glossary: {term}",
+                    " ".join([sentence, *notes, named]), _PUBLISHED, {("glossary",): sentence})
+
+
+def kind_statement(kind: str) -> str:
+  return f"its object is of the kind {kind}"
 
 
 def glossary_page(term: str, kind: str) -> EntityPage:
-  return glossary_entry(term, f"Whatever a subject {_phrase(term)} is of the kind {kind}.")
+  return glossary_entry(term, kind_statement(kind))
 
 
 def glossary_pages(g: nx.MultiDiGraph, questions: list[Question],
@@ -110,6 +154,15 @@ def glossary_pages(g: nx.MultiDiGraph, questions: list[Question],
 
 def _other_kind(kind: str) -> str:
   return next(k for k in named.KINDS if k != kind)
+
+
+def swapped(g: nx.MultiDiGraph, q: Question) -> Question:
+  """A reference question whose thing is of the other kind: the same text, so its page states
+  the other kind, its gold follows the page, and its shortcut flag flips (the page-swap
+  evaluation, `world.swap_eval_pages`)."""
+  other = _other_kind(g.nodes[q.walk[0]]["type"])
+  thing = min(n for n, d in g.nodes(data=True) if d["type"] == other)
+  return dataclasses.replace(q, walk=(thing,) + q.walk[1:], shortcut=not q.shortcut)
 
 
 def stale_terms(train: list[Question], fraction: float) -> frozenset[str]:
@@ -206,7 +259,8 @@ def gold_annotations(g: nx.MultiDiGraph, q: Question, stale: bool = False) -> di
   page = glossary_page(term, kind)
   gold = {"entities": {"E0": {"name": kind, "aliases": [], "url": page.url}},
           "rubrics": [{"text": f"Whatever a subject {_phrase(term)} is of the kind <E0>.",
-                       "placeholders": ["E0"], "url": page.url, "evidence": page.content}],
+                       "placeholders": ["E0"], "url": page.url,
+                       "evidence": page.facts[("glossary",)]}],
           "shortcut": q.shortcut, "hops": 1, "options": list(named.KINDS), "term": term}
   if is_reference(q):
     gold["shortcut_answer"] = usual_kind(q)

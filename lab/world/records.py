@@ -110,7 +110,8 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
                 min_hops: int = 2, max_hops: int = 4, style: str = "deep",
                 locality: float = 0.0, distractors: int = 6, short_names: bool = False,
                 prompt: str = "full", mark_names: bool = False,
-                eval_shortcut_fraction: float = 0.5, stale_fraction: float = 0.0) -> World:
+                eval_shortcut_fraction: float = 0.5, stale_fraction: float = 0.0,
+                swap_eval_pages: bool = False) -> World:
   """Builds the whole world from a seed; see the module docstring.
 
   style: "deep" (every entity described by vague clues, `compose.py`), "named" (the head
@@ -126,6 +127,8 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   `max_hops` pages the kind; `min_hops` must equal `max_hops`; `chain.py`);
   stale_fraction: "reference" only, the share of each relation's training shortcut questions
   whose glossary page is stale, stating the other kind (`lookup.stale_terms`);
+  swap_eval_pages: "reference" only, every held-out question's page states the other kind and
+  its gold follows the page (`lookup.swapped`; the training split is unchanged);
   locality: see `build_graph`; distractors: distractor sentences per page (0-6; fewer =
   shorter pages, shorter episodes); short_names: see `build_graph`; prompt: "full" (three
   tool schemas, the whole answer-format instruction), "brief" (search and open, a one-line
@@ -151,6 +154,8 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   if not 0.0 <= stale_fraction <= 1.0 or (stale_fraction and style != "reference"):
     raise ValueError(f"stale_fraction must be in [0, 1] and only set for reference "
                      f"questions, got {stale_fraction} for style {style!r}")
+  if swap_eval_pages and style != "reference":
+    raise ValueError(f"swap_eval_pages is only for reference questions, got style {style!r}")
   if num_questions < 1:
     raise ValueError(f"num_questions must be positive, got {num_questions}")
   rng = random.Random(seed)
@@ -176,9 +181,11 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
     train_q, eval_q = questions[:cut], questions[cut:]
   else:
     train_q, eval_q = _split_by_answer(questions, rng, eval_fraction)
+  if swap_eval_pages:
+    eval_q = [lookup.swapped(graph, q) for q in eval_q]
   stale = lookup.stale_terms(train_q, stale_fraction)
   if style in ("lookup", "reference"):
-    pages = {**pages, **lookup.glossary_pages(graph, questions, stale)}
+    pages = {**pages, **lookup.glossary_pages(graph, train_q + eval_q, stale)}
   records = []
   for i, q in enumerate(train_q + eval_q):
     if style == "chain":
