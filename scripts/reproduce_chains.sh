@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # The paper's comparison and ablations in miniature, on the chain world (lab/configs/chain_cpu.py:
-# every answer is two cited pages away, one rubric per page). For each seed k:
+# every answer is two opened and cited pages away, one rubric per page). For each run W:S
+# (scripts/world_runs.sh: world seeds CARR_JAX_WORLDS, default "0 1 2", each with its own SFT
+# seed CARR_JAX_SEEDS, default the world seed), tagged wW_seedS:
 #   1. the cold start, two SFT stages: the reference world's (lab/configs/lookup_cpu.py:sft,
-#      --config.seed=k, scripts/cold_start.sh's link-copy gate) into OUT_DIR/ref_sft_seed<k>,
-#      then the chain world's from it (lab/configs/chain_cpu.py:sft, 300 steps) into
-#      OUT_DIR/sft_seed<k>;
-#   2. from it, with the same seed and budget, one RL run per method into
-#      OUT_DIR/<method>_seed<k>, two at a time: grpo (outcome reward only), cgrpo (the paper,
+#      scripts/cold_start.sh's link-copy gate) into OUT_DIR/ref_sft_<tag>, then the chain
+#      world's from it (lab/configs/chain_cpu.py:sft, 300 steps) into OUT_DIR/sft_<tag>;
+#   2. from it, with the same seeds and budget, one RL run per method into
+#      OUT_DIR/<method>_<tag>, two at a time: grpo (outcome reward only), cgrpo (the paper,
 #      a = 0.3), noconn (C-GRPO, a supported rubric counts without connecting to the answer:
 #      --config.judge.require_connected=False) and rubric (C-GRPO, a = 1.0); alpha01 (a = 0.1)
 #      when named in CARR_JAX_METHODS;
 # then OUT_DIR/summary.json, OUT_DIR/table.md and OUT_DIR/shortcuts.png
 # (python -m carr_jax.shortcut_report; its --help defines every metric, full_chain_rate too).
 #   bash scripts/reproduce_chains.sh [OUT_DIR]                 (default workdir/chains)
-#   CARR_JAX_SEEDS="0 1 2" CARR_JAX_METHODS="grpo cgrpo noconn rubric alpha01" bash ...
+#   CARR_JAX_METHODS="grpo cgrpo noconn rubric alpha01" bash ...
 # Runs go two at a time, one core each (scripts/run_lanes.sh); logs in OUT_DIR/*.log; every
 # run resumes when rerun. Extra args go to every RL run.
 set -euo pipefail
@@ -22,13 +23,13 @@ bash scripts/setup_env.sh
 out="$(realpath -m "${1:-workdir/chains}")"
 shift || true
 start=$(date +%s)
-seeds=(${CARR_JAX_SEEDS:-0 1 2})
+runs=($(bash scripts/world_runs.sh))
 export CARR_JAX_METHODS="${CARR_JAX_METHODS:-grpo cgrpo noconn rubric}"
-bash scripts/run_lanes.sh sft "$out" lab/configs/lookup_cpu.py:sft --name ref_sft --gate "${seeds[@]}"
-bash scripts/run_lanes.sh sft "$out" lab/configs/chain_cpu.py:sft --init ref_sft "${seeds[@]}"
-for seed in "${seeds[@]}"; do
-  bash scripts/run_lanes.sh rl "$out" lab/configs/chain_cpu.py:main "$seed" \
-    "$out/sft_seed$seed/checkpoints" "$@"
+bash scripts/run_lanes.sh sft "$out" lab/configs/lookup_cpu.py:sft --name ref_sft --gate "${runs[@]}"
+bash scripts/run_lanes.sh sft "$out" lab/configs/chain_cpu.py:sft --init ref_sft "${runs[@]}"
+for run in "${runs[@]}"; do
+  bash scripts/run_lanes.sh rl "$out" lab/configs/chain_cpu.py:main "$run" \
+    "$out/sft_w${run%%:*}_seed${run#*:}/checkpoints" "$@"
 done
 methods="${CARR_JAX_METHODS// /,}"
 "${CARR_JAX_VENV:-.venv}/bin/python" -m carr_jax.shortcut_report "$out" \

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The stages of a seeded experiment (scripts/reproduce_shortcuts.sh):
-#   run_lanes.sh sft OUT_DIR CONFIG [--name NAME] [--init FROM] [--gate] SEED...
-#                                                     cold-start SFT with --config.seed=SEED into
-#                                                     OUT_DIR/NAME_seed<SEED> (NAME: sft), two at
-#                                                     a time; with --init, from the checkpoints
-#                                                     of OUT_DIR/FROM_seed<SEED> (a second stage);
-#                                                     with --gate, through scripts/cold_start.sh
-#                                                     (more steps until the link is copied)
-#   run_lanes.sh rl OUT_DIR CONFIG SEED INIT [ARGS]   GRPO and C-GRPO from checkpoint dir INIT,
-#                                                     side by side, into OUT_DIR/grpo_seed<SEED>
-#                                                     and OUT_DIR/cgrpo_seed<SEED>; with
+# The stages of a seeded experiment (scripts/reproduce_shortcuts.sh). A RUN is WORLD:SEED (a
+# bare SEED: world 0): --config.world.seed=WORLD --config.seed=SEED, named <name>_wWORLD_seedSEED.
+#   run_lanes.sh sft OUT_DIR CONFIG [--name NAME] [--init FROM] [--gate] RUN...
+#                                                     cold-start SFT of each RUN into
+#                                                     OUT_DIR/NAME_w<W>_seed<S> (NAME: sft), two
+#                                                     at a time; with --init, from the
+#                                                     checkpoints of OUT_DIR/FROM_w<W>_seed<S>
+#                                                     (a second stage); with --gate, through
+#                                                     scripts/cold_start.sh (more steps until the
+#                                                     link is copied)
+#   run_lanes.sh rl OUT_DIR CONFIG RUN INIT [ARGS]    GRPO and C-GRPO from checkpoint dir INIT,
+#                                                     side by side, into OUT_DIR/grpo_w<W>_seed<S>
+#                                                     and OUT_DIR/cgrpo_w<W>_seed<S>; with
 #                                                     CARR_JAX_METHODS="grpo cgrpo noconn ..."
 #                                                     those methods, two at a time
 # Two runs go side by side, each pinned to one core (taskset) when there are two; a run left
@@ -24,6 +26,11 @@ py="${CARR_JAX_VENV:-.venv}/bin/python"
 stage=$1 out=$2 config=$3
 shift 3
 mkdir -p "$out"
+
+split_run() {  # split_run RUN: sets world, seed and tag (w<W>_seed<S>) of WORLD:SEED or SEED
+  if [[ $1 == *:* ]]; then world=${1%%:*} seed=${1#*:}; else world=0 seed=$1; fi
+  tag="w${world}_seed${seed}"
+}
 
 pin() {  # pin CORE CMD...: CMD on core CORE when the machine has two
   if [ "$(nproc)" -ge 2 ] && command -v taskset > /dev/null; then
@@ -69,24 +76,26 @@ if [ "$stage" = sft ]; then
       *) break ;;
     esac
   done
-  seeds=("$@")
-  for ((i = 0; i < ${#seeds[@]}; i += 2)); do
+  runs=("$@")
+  for ((i = 0; i < ${#runs[@]}; i += 2)); do
     cmds=() logs=()
-    for seed in "${seeds[@]:i:2}"; do
-      init=""
-      if [ -n "$from" ]; then init=" --config.checkpoint.init_dir='$out/${from}_seed$seed/checkpoints'"; fi
+    for run in "${runs[@]:i:2}"; do
+      split_run "$run"
+      init=" --config.world.seed=$world"
+      if [ -n "$from" ]; then init+=" --config.checkpoint.init_dir='$out/${from}_$tag/checkpoints'"; fi
       if [ -n "$gate" ]; then
-        cmds+=("bash scripts/cold_start.sh '$config' '$out/${name}_seed$seed' $seed$init")
+        cmds+=("bash scripts/cold_start.sh '$config' '$out/${name}_$tag' $seed$init")
       else
-        cmds+=("'$py' -m carr_jax.sft --config '$config' --workdir '$out/${name}_seed$seed' --config.seed=$seed$init")
+        cmds+=("'$py' -m carr_jax.sft --config '$config' --workdir '$out/${name}_$tag' --config.seed=$seed$init")
       fi
-      logs+=("$out/${name}_seed$seed.log")
+      logs+=("$out/${name}_$tag.log")
     done
     pair "${cmds[0]}" "${cmds[1]:-}" "${logs[0]}" "${logs[1]:-/dev/null}"
   done
   exit 0
 fi
-seed=$1 init=$2
+split_run "$1"
+init=$2
 shift 2
 extra=""
 if [ $# -gt 0 ]; then extra=$(printf " %q" "$@"); fi
@@ -105,15 +114,16 @@ method_args() {  # the RL arguments of method $1 (its label: shortcuts.py METHOD
   esac
 }
 cmd() {  # the RL command of method $1
-  echo "'$py' -m carr_jax.train --config '$config' --workdir '$out/$1_seed$seed'" \
-    "--config.checkpoint.init_dir='$init' --config.seed=$seed $(method_args "$1")$extra"
+  echo "'$py' -m carr_jax.train --config '$config' --workdir '$out/$1_$tag'" \
+    "--config.checkpoint.init_dir='$init' --config.seed=$seed --config.world.seed=$world" \
+    "$(method_args "$1")$extra"
 }
 methods=(${CARR_JAX_METHODS:-grpo cgrpo})
 for method in "${methods[@]}"; do method_args "$method" > /dev/null; done
 for ((i = 0; i < ${#methods[@]}; i += 2)); do
   a=${methods[i]} b=${methods[i + 1]:-}
-  pair "$(cmd "$a")" "${b:+$(cmd "$b")}" "$out/${a}_seed$seed.log" "${b:+$out/${b}_seed$seed.log}"
+  pair "$(cmd "$a")" "${b:+$(cmd "$b")}" "$out/${a}_$tag.log" "${b:+$out/${b}_$tag.log}"
 done
 for method in "${methods[@]}"; do
-  echo "$method seed $seed: $(tail -n 1 "$out/${method}_seed$seed.log")"
+  echo "$method world $world seed $seed: $(tail -n 1 "$out/${method}_$tag.log")"
 done

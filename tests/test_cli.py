@@ -21,7 +21,8 @@ ENTRY_POINTS = ("carr_jax.train", "carr_jax.sft", "carr_jax.evaluate", "carr_jax
                 "carr_jax.aot", "carr_jax.eval_crypto", "judge.server", "judge.rubric_gen",
                 "judge.testing", "carr_jax.shortcut_report", "lab.expert")
 SCRIPTS = ("launch_sglang", "fetch_tokenizer", "generate_rubrics")
-LAB_TOOLS = ("lab.make_world", "lab.probes.kind_probe", "lab.probes.search_copy_eval")
+LAB_TOOLS = ("lab.make_world", "lab.probes.kind_probe", "lab.probes.search_copy_eval",
+             "lab.probes.page_swap", "lab.probes.listing_reveal")
 
 
 def _train_error(capsys, *args: str) -> str:

@@ -58,8 +58,8 @@ def test_an_episode_longer_than_the_longest_row_fails_at_start_unless_cut_on_pur
   mesh = AbstractMesh(tuple(1 for _ in sharding.AXES), sharding.AXES)
   config = lookup_cpu.get_config()
   config.rollout.max_context_tokens = max(config.batch.row_lengths) + 1
-  with pytest.raises(ValueError, match=r"rollout.max_context_tokens=449 exceeds the longest of "
-                     r"batch.row_lengths \(448\).*batch.overflow='truncate'"):
+  with pytest.raises(ValueError, match=r"rollout.max_context_tokens=641 exceeds the longest of "
+                     r"batch.row_lengths \(640\).*batch.overflow='truncate'"):
     components.packing_config(config, mesh, 1000)
   config.batch.overflow = "truncate"
   assert components.packing_config(config, mesh, 1000).overflow == "truncate"

@@ -300,6 +300,8 @@ def test_closing_summary_agreement_of_a_run_that_cites_nothing_is_none():
   assert heldout.subset_lines(start, end) == [
       "held-out answers agreeing with the page they cite: 1.0000 -> none (no answer cited a "
       "received page)", "held-out tool calls per episode: 0.5000 -> 0.0000"]
+  opened = heldout.subset_lines({"eval/tool_calls_open": 0.25}, {"eval/tool_calls_open": 1.0})
+  assert opened == ["held-out open calls per episode: 0.2500 -> 1.0000"]
 
 
 def test_pass_at_group_counts_groups_with_any_correct_episode():

@@ -20,7 +20,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAKE_PYTHON = """#!/usr/bin/env bash
 # `python -m carr_jax.sft ... --config.seed=S`: seed 0 ends after 1.5 s with $FAKE_STATUS;
 # seed 1 prints the cores of a process it starts at once, and of one it starts after seed 0
-# ended.
+# ended. Every run first prints the world seed it was given.
+for arg in "$@"; do case $arg in --config.world.seed=*) echo "${arg#*=}" ;; esac; done
 case "$*" in
   *--config.seed=0*) sleep 1.5; exit "${FAKE_STATUS:-0}" ;;
 esac
@@ -43,9 +44,11 @@ def _lanes(tmp_path, status=0):
   out = tmp_path / "out"
   proc = subprocess.run(
       ["bash", "scripts/run_lanes.sh", "sft", str(out), "lab/configs/lookup_cpu.py:sft", "0",
-       "1"], cwd=REPO, capture_output=True, text=True, timeout=60,
+       "3:1"], cwd=REPO, capture_output=True, text=True, timeout=60,
       env={**os.environ, "CARR_JAX_VENV": str(venv), "FAKE_STATUS": str(status)})
-  return proc, (out / "sft_seed1.log").read_text().split()
+  world, *cores = (out / "sft_w3_seed1.log").read_text().split()  # run "3:1": world 3, seed 1
+  assert world == "3" and (out / "sft_w0_seed0.log").read_text().split()[0] == "0"
+  return proc, cores
 
 
 def test_a_run_left_alone_starts_its_next_process_on_every_core(tmp_path):

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from carr_common.vocab import is_correct
+from carr_common.vocab import TOOL_KINDS, is_correct
 from carr_jax.rl import step_stats
 from carr_jax.runs import metrics as metrics_lib
 from judge.backends import named_by_answer
@@ -146,7 +146,8 @@ def subset_lines(first: dict, final: dict) -> list[str]:
            ("eval/evidence_only_shortcut_answer", "evidence-only answers naming the shortcut"),
            ("eval/shortcut_admitting_rate", "shortcut rate"),
            ("eval/answer_agrees_with_cited", "answers agreeing with the page they cite"),
-           ("eval/tool_calls", "tool calls per episode"))
+           ("eval/tool_calls", "tool calls per episode"),
+           *((f"eval/tool_calls_{k}", f"{k} calls per episode") for k in TOOL_KINDS))
   return [f"held-out {label}: {_measure(first, key)} -> {_measure(final, key)}"
           for key, label in names if key in first and key in final]
 

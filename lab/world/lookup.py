@@ -106,8 +106,9 @@ _NOTES = ("Revised in {year}.", "Added in {year}.", "Cross-referenced twice.",
 
 
 def record_number(term: str) -> int:
-  """The glossary page's record number: 4 digits, one per term, never a term's own number
-  (terms hold 3 digits; every number is used by one term only: chain.chain_terms)."""
+  """The glossary page's record number: 4 digits, one per term (a numbered term's 3 digits,
+  used by one term only in a world, times 7, plus 1000; a relation 8000 on), so never a term's
+  own number."""
   digits = term.rsplit(" ", 1)[-1]
   if digits.isdigit():
     return 1000 + 7 * int(digits)  # n in 100..999: distinct, in 1700..7993
@@ -120,8 +121,8 @@ def deciding_sentence(term: str, statement: str) -> str:
 
 
 def glossary_entry(term: str, statement: str) -> EntityPage:
-  """The glossary page of `term`: its deciding sentence (`statement`, e.g. "its object
-  to is of the kind city"), two notes drawn per term that state nothing the questions ask,
+  """The glossary page of `term`: its deciding sentence (`statement`, e.g. "its object is of
+  the kind city"), two notes drawn per term that state nothing the questions ask,
   then the line that names the term, last, so that a listing shows it and not the statement
   (`rollout.tools.corpus.best_snippet` shows the best-matching sentence and what follows)."""
   sentence = deciding_sentence(term, statement)
