@@ -2,8 +2,8 @@
 # The main job on its CPU default (lab/configs/lookup_cpu.py, the reference world): sets up .venv
 # if needed, then
 #   1. cold-start SFT of the tiny policy (900 steps, the last 100 decaying the learning rate)
-#      into $workdir/sft: an expert that searches the question's own glossary entry and
-#      cites it on one of two samples, and answers the relation's usual kind without a tool
+#      into $workdir/sft: an expert that searches the question's own glossary entry, opens
+#      it and cites it on one of two samples, and answers the relation's usual kind without a tool
 #      (the shortcut) on the other; then a gate (scripts/cold_start.sh): SFT goes on by 200
 #      steps, five times at most, while the policy does not copy the question's link into
 #      its query;
@@ -11,13 +11,12 @@
 #      ends with held-out avg@4 at the start and the end, overall and on the evidence-only
 #      questions (where the shortcut is wrong); last line
 #      `heldout_accuracy start=... end=... n=... samples=...`.
-# Every stage resumes when rerun (a finished SFT stage is not redone). Timed from a fresh
-# clone with set-up: 15.6-17.0 min alone on a slow 2-core machine (5 seeds; seed 0: SFT 10.1
-# min, RL 4.2 min after its first evaluation; benchmarks/README.md `## demo`).
+# Every stage resumes when rerun (a finished SFT stage is not redone). Measured results and
+# time: docs/results.md (`## Opened pages`).
 #   CARR_JAX_WORKDIR   run directory (default workdir/demo)
-#   CARR_JAX_SEED      seed of both stages (default 0); over seeds with the GRPO control:
-#                      CARR_JAX_SEEDS="0 1 2 3 4" CARR_JAX_RL_VARIANT=main \
-#                      bash scripts/reproduce_shortcuts.sh
+#   CARR_JAX_SEED      seed of both stages (default 0)
+#   CARR_JAX_WORLD     the world's seed, both stages (default 0); over worlds with the GRPO
+#                      control: CARR_JAX_RL_VARIANT=main bash scripts/reproduce_shortcuts.sh
 #   CARR_JAX_DEMO_SFT  0 = skip stage 1 and start RL from a random policy (default 1)
 # Extra args go to the RL trainer, e.g. --config.train.num_steps=8.
 # The tool-free kind-question job (3 min) is lab/configs/kinds_cpu.py; its docstring has the commands.

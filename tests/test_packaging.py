@@ -31,7 +31,8 @@ MODULE_ENTRY_POINTS = ("carr_jax.train", "carr_jax.sft", "carr_jax.evaluate",
                        "carr_jax.convert", "carr_jax.aot", "carr_jax.eval_crypto",
                        "carr_jax.fetch_tokenizer", "judge.server", "judge.rubric_gen",
                        "judge.testing", "lab.expert", "lab.make_world", "lab.probes.kind_probe",
-                       "lab.probes.search_copy_eval")
+                       "lab.probes.search_copy_eval", "lab.probes.page_swap",
+                       "lab.probes.listing_reveal")
 
 
 def _source_dirs() -> set[str]:

@@ -64,7 +64,7 @@ def _probe(args: argparse.Namespace) -> None:
   swapped = data_lib.load_tasks(config)[1][:n]
   run_evaluations(config, EvalOptions(out=args.out, data="world:eval",
                                       checkpoint=args.checkpoint, samples=args.samples,
-                                      max_questions=n))
+                                      max_questions=n, questions_in_flight=n))
   rows = {}
   with open(os.path.join(args.out, "results.jsonl"), encoding="utf-8") as f:
     for line in f:
