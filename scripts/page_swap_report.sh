@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The end of a reference-world comparison (scripts/reproduce_shortcuts.sh), on finished runs:
-#   page_swap_report.sh OUT_DIR CONFIG WALL_S RUN...
+#   page_swap_report.sh OUT_DIR CONFIG WALL_S RUN...     (WALL_S: the comparison's seconds, or -)
 # for each RUN W:S, the page swap (lab/probes/page_swap.py) on the cold start
 # OUT_DIR/sft_wW_seedS (copied into each method's page_swap_start/) and on the end of each
 # method's run OUT_DIR/<method>_wW_seedS (page_swap/), methods CARR_JAX_METHODS (default
@@ -23,4 +23,6 @@ for run in "$@"; do
   done
 done
 methods="${methods[*]}"
-"$py" -m carr_jax.shortcut_report "$out" --wall-s "$wall" --methods "${methods// /,}"
+wall_arg=()
+if [ "$wall" != - ]; then wall_arg=(--wall-s "$wall"); fi
+"$py" -m carr_jax.shortcut_report "$out" ${wall_arg[@]+"${wall_arg[@]}"} --methods "${methods// /,}"

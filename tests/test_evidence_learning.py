@@ -66,7 +66,7 @@ def test_cgrpo_update_raises_the_cited_share_and_grpo_leaves_it():
   state0, shardings = ts.create_train_state(CFG, tx, mesh, seed=0)
   step = ts.make_train_step(CFG, loss_lib.LossConfig(), step_cfg, tx, mesh, shardings)
   logprob_fn = ts.make_logprob_fn(CFG, step_cfg, mesh, shardings.params)
-  pack_cfg = packing.PackingConfig(row_lengths=(448,), row_multiple=2, prefix_multiple=64)
+  pack_cfg = packing.PackingConfig(row_lengths=(640,), row_multiple=2, prefix_multiple=64)
 
   def batch_for(advantages):
     packed = packing.pack_trajectories(flat, advantages.reshape(-1), pack_cfg)
