@@ -53,7 +53,7 @@ def searched_queries(history: Sequence[Mapping]) -> list[tuple[str, int]]:
       if isinstance(args, str):
         try:
           args = json.loads(args)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # a hand-edited or hostile trajectory file
           continue
       if isinstance(args, Mapping) and isinstance(args.get("query"), str):
         num = args.get("num", 10)

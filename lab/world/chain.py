@@ -8,7 +8,7 @@ the question's link does not state the kind; it names the next term, and only th
 the chain states the kind. With 2 hops:
 
   Glossary: link 417   "Under record 3919, the trail continues under code 733. ..."
-  Glossary: code 733   "Under record 6131, the thing pointed to is of the kind organization. ..."
+  Glossary: code 733   "Under record 6131, its object is of the kind organization. ..."
 
 (each page's body as lookup.glossary_entry writes it: the deciding sentence, notes, and last
 the line naming the page's own term, the only one a listing shows). So a cited answer takes two
