@@ -72,14 +72,15 @@ def get_config() -> ml_collections.ConfigDict:
   c.world.eval_fraction = 0.25  # share of synthetic questions held out for eval
   c.world.style = "deep"  # "deep" (vague clues) | "named" (head named) | "kinds" (named.py)
   # | "lookup" (kinds with glossary evidence, lookup.py) | "reference" (lookup.py: every question
-  # has its own link; the relation's kind is right except on exceptions)
+  # has its own link; the relation's kind is right except on exceptions) | "chain" (reference
+  # questions whose evidence is a chain of pages, lab/world/chain.py)
   c.world.min_hops = 2  # synthetic question lengths in hops ("named": from 1)
   c.world.max_hops = 4
   c.world.shortcut_fraction = 0.25  # share of (multi-hop; "lookup": all; "reference":
   # training) questions admitting a shortcut
   c.world.eval_shortcut_fraction = 0.5  # "reference": the same for held-out questions
-  c.world.stale_fraction = 0.0  # "reference": share of training shortcut questions whose
-  # glossary page is stale, stating the other kind (lab/world/lookup.py)
+  c.world.stale_fraction = 0.0  # "reference", "chain": share of training shortcut questions
+  # whose glossary page (a chain's last) is stale, stating the other kind (lab/world/lookup.py)
   c.world.swap_eval_pages = False  # "reference": every held-out page states the other kind,
   # the gold following it (the page-swap evaluation, lab/probes/page_swap.py)
   c.world.locality = 0.0  # chance a person studies/works in their birth city (graph.py)

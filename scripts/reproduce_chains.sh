@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The paper's comparison and ablations in miniature, on the chain world (lab/configs/chain_cpu.py:
-# every answer is two opened and cited pages away, one rubric per page). For each run W:S
+# every answer is two opened and cited pages away, one rubric per page, the first page holding a
+# lure; the RL runs on stale training pages, :stale). For each run W:S
 # (scripts/world_runs.sh: world seeds CARR_JAX_WORLDS, default "0 1 2", each with its own SFT
 # seed CARR_JAX_SEEDS, default the world seed), tagged wW_seedS:
 #   1. the cold start, two SFT stages: the reference world's (lab/configs/lookup_cpu.py:sft,
@@ -28,7 +29,7 @@ export CARR_JAX_METHODS="${CARR_JAX_METHODS:-grpo cgrpo noconn rubric}"
 bash scripts/run_lanes.sh sft "$out" lab/configs/lookup_cpu.py:sft --name ref_sft --gate "${runs[@]}"
 bash scripts/run_lanes.sh sft "$out" lab/configs/chain_cpu.py:sft --init ref_sft "${runs[@]}"
 for run in "${runs[@]}"; do
-  bash scripts/run_lanes.sh rl "$out" lab/configs/chain_cpu.py:main "$run" \
+  bash scripts/run_lanes.sh rl "$out" lab/configs/chain_cpu.py:stale "$run" \
     "$out/sft_w${run%%:*}_seed${run#*:}/checkpoints" "$@"
 done
 methods="${CARR_JAX_METHODS// /,}"

@@ -21,6 +21,7 @@ import pytest
 from judge import Judge, JudgeConfig
 from lab.configs import chain_cpu
 from lab.probes import kind_probe
+from carr_jax.rl.step_stats import has_unconnected_support
 from lab.world import build_world, chain, lookup
 from rollout import chat
 from tests.test_lookup_world import judged_expert_episodes
@@ -62,7 +63,10 @@ def test_the_second_term_is_on_the_first_page_only(world):
     assert decide[0].endswith(f"the trail continues under {second}.")
     assert decide[1].endswith(f"its object is of the kind {record['label']}.")
     assert [p.content.startswith(d) for p, d in zip(pages, decide)] == [True, True]
-    assert record["label"] not in pages[0].content  # the first page alone does not answer
+    # the first page's one kind is its lure's, about the next record: the shortcut's answer
+    lure = lookup.lure_sentence(first, gold["shortcut_answer"])
+    assert lookup.STATED_KIND.findall(pages[0].content) == [gold["shortcut_answer"]]
+    assert lure in pages[0].content and not lure.startswith(decide[0].split(",")[0] + ",")
   assert set(codes.values()) == {1}  # every number used once, links included
   assert sum(_gold(r)["shortcut"] for r in world.eval) == len(world.eval) // 2
 
@@ -221,3 +225,53 @@ def test_chain_world_needs_one_length():
   with pytest.raises(ValueError, match="one length"):
     build_world(5, 300, 128, style="chain", min_hops=2, max_hops=3, eval_fraction=0.25,
                 distractors=0)
+
+
+def test_the_lure_is_in_no_listing(world):
+  """A search for the first term shows that page's naming line only, never its lure."""
+  backend = world.corpus_backend()
+
+  async def listings():
+    return [(await backend.search(f"glossary {_gold(r)['term']}", 10)) for r in world.eval]
+  for record, hits in zip(world.eval, asyncio.run(listings())):
+    assert not any(lookup.STATED_KIND.search(h.snippet) for h in hits), hits[0].snippet
+
+
+def test_an_expert_answering_the_lure_is_supported_but_unconnected(world):
+  """`chain_lure=1`: every searched reply stops at the first page and answers its lure: right
+  exactly where the shortcut is, its one supported rubric cut off from the answer (rubric 0;
+  1/2 without the connectivity check), and `has_unconnected_support` says so."""
+  trajs, scores = judged_expert_episodes(world, world.eval, chain_lure=1.0)
+  unconnected = Judge(JudgeConfig(backend="gold", use_cache=False, require_connected=False))
+  pairs = [(t, r) for t, r in zip(trajs, [r for r in world.eval for _ in range(2)])]
+  searched = [(i, t, r) for i, (t, r) in enumerate(pairs) if t["num_tool_calls"].get("search")]
+  free = asyncio.run(unconnected.score_batch([(t, r) for _, t, r in searched]))
+  assert len(searched) == len(world.eval)
+  for (i, t, record), b_free in zip(searched, free):
+    b, gold = scores[i], _gold(record)
+    assert t["num_tool_calls"] == {"search": 1, "open": 1, "find": 0}
+    assert b.outcome_reward == float(gold["shortcut"]), b.outcome_reason
+    if gold["shortcut"]:
+      assert (b.rubric_reward, b_free.rubric_reward) == (0.0, 0.5), b.rubric_reason
+      assert [r.supported for r in b.rubrics] == [True, False]
+      assert has_unconnected_support(b) and not has_unconnected_support(scores[i ^ 1])
+
+
+def test_stale_chains_end_on_the_other_kind():
+  """`stale_fraction`: the last page of a share of the training shortcut questions states the
+  other kind, the gold evidence (the true sentence) is on no page; held-out chains are true."""
+  stale = build_world(5, 300, 128, style="chain", min_hops=2, max_hops=2, prompt="brief",
+                      eval_fraction=0.25, distractors=0, shortcut_fraction=0.8,
+                      eval_shortcut_fraction=0.5, stale_fraction=0.25)
+  contents = {p.content for p in stale.pages.values()}
+  flagged = 0
+  for record in stale.train + stale.eval:
+    gold = _gold(record)
+    last = stale.pages[f"glossary:{gold['chain'][-1]}"].content
+    stated = lookup.STATED_KIND.search(last).group(1)
+    assert (stated != record["label"]) == gold["stale"]
+    assert any(gold["rubrics"][-1]["evidence"] in c for c in contents) != gold["stale"]
+    flagged += gold["stale"]
+    assert not (gold["stale"] and (record in stale.eval or not gold["shortcut"]))
+  shortcuts = sum(_gold(r)["shortcut"] for r in stale.train)
+  assert flagged == pytest.approx(0.25 * shortcuts, abs=5)

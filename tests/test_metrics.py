@@ -315,6 +315,27 @@ def test_pass_at_group_counts_groups_with_any_correct_episode():
   assert got["rollout/accuracy"] == 5 / 12
 
 
+def test_unconnected_rate_counts_supported_rubrics_cut_off_from_the_answer():
+  """Rubrics "link 417 continues under <E1>" and "<E1> is of the kind <E0>": the first
+  supported alone is cut off from E0 whatever the judge's connectivity setting said."""
+  from carr_jax.rl import step_stats
+  from judge.breakdown import Breakdown, RubricScore
+
+  def breakdown(first, second, said_connected=False):
+    return Breakdown(rubrics=[
+        RubricScore(0, "Link 417 continues under <E1>.", ["E1"], supported=first,
+                    connected=said_connected),
+        RubricScore(1, "<E1> is of the kind <E0>.", ["E1", "E0"], supported=second)])
+  assert step_stats.has_unconnected_support(breakdown(True, False))
+  assert step_stats.has_unconnected_support(breakdown(True, False, said_connected=True))
+  assert not step_stats.has_unconnected_support(breakdown(True, True))
+  assert not step_stats.has_unconnected_support(breakdown(False, True))
+  assert not step_stats.has_unconnected_support(breakdown(False, False))
+  got = step_stats.judge_metrics([breakdown(True, False), breakdown(True, True),
+                                  breakdown(False, False), Breakdown()], 0.5)
+  assert got["judge/unconnected_rate"] == 0.25
+
+
 def test_sft_closing_summary_gives_the_loss_at_both_ends_and_the_outputs(tmp_path):
   from carr_jax import sft
   os.makedirs(tmp_path / "checkpoints")

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from carr_common.vocab import STATUSES, TOOL_KINDS, is_correct
+from judge.rubric_graph import connected_rubrics
 
 
 def _mean(values) -> float:
@@ -87,12 +88,23 @@ def judge_metrics(breakdowns: Sequence[Any], shortcut_threshold: float,
       f"{prefix}rubrics_identified": _mean(_frac(b, "identified") for b in breakdowns),
       f"{prefix}rubrics_supported": _mean(_frac(b, "supported") for b in breakdowns),
       f"{prefix}rubrics_connected": _mean(_frac(b, "connected") for b in breakdowns),
+      # Episodes with a supported rubric not connected to the answer E0 (a cited page about a
+      # hop whose link to the answer is not cited); counted whether or not the check is on.
+      f"{prefix}unconnected_rate": _mean(has_unconnected_support(b) for b in breakdowns),
       f"{prefix}errors": float(sum(bool(b.errors) for b in breakdowns)),
       f"{prefix}calls": float(sum(b.judge_calls for b in breakdowns)),
       f"{prefix}cache_hits": float(sum(b.cache_hits for b in breakdowns)),
       f"{prefix}tokens": float(sum(b.prompt_tokens + b.completion_tokens for b in breakdowns)),
   }
   return out
+
+
+def has_unconnected_support(breakdown: Any) -> bool:
+  """Whether a supported rubric of `breakdown` lies outside E0's component of the rubric graph."""
+  rubrics = breakdown.rubrics
+  supported = [r.supported for r in rubrics]
+  kept = connected_rubrics([r.placeholders for r in rubrics], supported)
+  return any(ok and i not in kept for i, ok in enumerate(supported))
 
 
 def _frac(breakdown: Any, field: str) -> float:

@@ -12,6 +12,7 @@ def sft_section():
   s.expert_max_hops = 4  # only questions of at most this many hops (shorter episodes)
   s.expert_samples = 1  # episodes per question ("guess": each its own option)
   # lab/world/expert.py (ExpertConfig, keys SFT_KEYS): expert_search_results, expert_find,
-  # expert_answer, expert_known_fraction, expert_chain_cite_all, expert_chain_cite_first
+  # expert_answer, expert_known_fraction, expert_chain_cite_all, expert_chain_cite_first,
+  # expert_chain_lure
   base.add_fields(s, ExpertConfig, renamed=SFT_KEYS)
   return s

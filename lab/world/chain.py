@@ -7,11 +7,21 @@ and wrong on the evidence-only held-out ones. What changes is the evidence: the 
 the question's link does not state the kind; it names the next term, and only the last page of
 the chain states the kind. With 2 hops:
 
-  Glossary: link 417   "Under record 3919, the trail continues under code 733. ..."
+  Glossary: link 417   "Under record 3919, the trail continues under code 733. Under record
+                        3920, its object is of the kind city. ..."
   Glossary: code 733   "Under record 6131, its object is of the kind organization. ..."
 
 (each page's body as lookup.glossary_entry writes it: the deciding sentence, notes, and last
-the line naming the page's own term, the only one a listing shows). So a cited answer takes two
+the line naming the page's own term, the only one a listing shows). The first page also states
+the kind of the next record, 3920, not its own (the lure, `lookup.lure_sentence`): always the
+relation's usual kind, so it is right exactly where the shortcut is. A reader who stops there
+and answers it, citing the first page, has one rubric supported ("Link 417 continues under code
+733.") and none connected to the answer: the page never says what code 733's object is. So the
+connectivity check decides that reply's rubric reward (0 with it, 1/2 without), and the reply
+is wrong on every evidence-only question. Stale pages (`stale`, as in lookup.py): the last page
+of a share of the training shortcut questions states the other kind; then the whole chain, the
+lure and the shortcut are each right on about the same share of training questions, and only
+the rubric reward tells them apart. So a cited answer takes two
 searches and two opens, and the second query ("glossary code 733") is read off the first
 page's body, never off the question or a listing. Each hop's term has its own marker word (`MARKERS`: link,
 code, entry, note), so the next search copies the 3 digits after a word the question never holds:
@@ -25,7 +35,8 @@ Entities and rubrics, for a chain of terms t_0 (the question's) .. t_{h-1}:
     "<E1> is of the kind <E0>."             [E1, E0]   <E1>." in between)
 So the three parts of the rubric reward each decide part of it: citing only the last page
 supports half the rubrics; a reply that never names E1 identifies none; citing only the first
-page supports a rubric that does not connect to E0, which earns nothing (tests/test_chain_world.py).
+page (after reading both, or answering the lure) supports a rubric that does not connect to E0,
+which earns nothing (tests/test_chain_world.py).
 """
 from __future__ import annotations
 
@@ -34,8 +45,8 @@ import random
 import networkx as nx
 
 from lab.world import named
-from lab.world.lookup import (glossary_entry, kind_statement, question_term, relation_words,
-                              usual_kind)
+from lab.world.lookup import (glossary_entry, kind_statement, lure_sentence, other_kind,
+                              question_term, relation_words, usual_kind)
 from lab.world.pages import EntityPage
 from lab.world.questions import Question
 
@@ -67,16 +78,25 @@ def page_statement(terms: tuple[str, ...], i: int, kind: str) -> str:
   return kind_statement(kind)
 
 
-def chain_pages(terms: tuple[str, ...], kind: str) -> list[EntityPage]:
-  """The glossary pages of one chain, in hop order."""
-  return [glossary_entry(term, page_statement(terms, i, kind)) for i, term in enumerate(terms)]
+def chain_pages(terms: tuple[str, ...], kind: str, lure_kind: str) -> list[EntityPage]:
+  """The glossary pages of one chain, in hop order; the first also states `lure_kind` of the
+  next record (`lookup.lure_sentence`)."""
+  return [glossary_entry(term, page_statement(terms, i, kind),
+                         lure_sentence(term, lure_kind) if i == 0 else "")
+          for i, term in enumerate(terms)]
 
 
 def glossary_pages(g: nx.MultiDiGraph, questions: list[Question],
-                   terms: dict[str, tuple[str, ...]]) -> dict[str, EntityPage]:
-  """node id -> page of every term of every question's chain."""
-  return {p.node: p for q in questions
-          for p in chain_pages(terms[q.text], g.nodes[q.walk[0]]["type"])}
+                   terms: dict[str, tuple[str, ...]],
+                   stale: frozenset[str] = frozenset()) -> dict[str, EntityPage]:
+  """node id -> page of every term of every question's chain; the last page of a question
+  whose link is in `stale` states the kind other than the answer's."""
+  pages = {}
+  for q in questions:
+    kind = g.nodes[q.walk[0]]["type"]
+    stated = other_kind(kind) if question_term(q) in stale else kind
+    pages.update((p.node, p) for p in chain_pages(terms[q.text], stated, usual_kind(q)))
+  return pages
 
 
 def entity_id(terms: tuple[str, ...], i: int) -> str:
@@ -95,12 +115,15 @@ def rubric(terms: tuple[str, ...], i: int) -> tuple[str, list[str]]:
   return f"{head} {verb} <{ids[-1]}>.", ids
 
 
-def gold_annotations(g: nx.MultiDiGraph, q: Question, terms: tuple[str, ...]) -> dict:
+def gold_annotations(g: nx.MultiDiGraph, q: Question, terms: tuple[str, ...],
+                     stale: bool = False) -> dict:
   """metadata.gold of a chain question: entities E0 (the kind) and E1..E_{h-1} (the hidden
-  terms), one rubric per page with that page's sentence as evidence; `term` the question's
-  link, `chain` every term in search order, `shortcut_answer` the relation's usual kind."""
+  terms), one rubric per page with the true page's sentence as evidence (a stale last page
+  does not hold it); `term` the question's link, `chain` every term in search order,
+  `shortcut_answer` the relation's usual kind (the first page's lure states it too), `stale`
+  whether the last page states the other kind."""
   kind = g.nodes[q.walk[0]]["type"]
-  pages = chain_pages(terms, kind)
+  pages = chain_pages(terms, kind, usual_kind(q))
   entities = {"E0": {"name": kind, "aliases": [], "url": pages[-1].url}}
   for i in range(1, len(terms)):
     entities[entity_id(terms, i)] = {"name": terms[i], "aliases": [], "url": pages[i].url}
@@ -112,5 +135,5 @@ def gold_annotations(g: nx.MultiDiGraph, q: Question, terms: tuple[str, ...]) ->
   return {"entities": entities, "rubrics": rubrics, "shortcut": q.shortcut, "hops": len(terms),
           "options": list(named.KINDS), "term": terms[0], "chain": list(terms),
           "shortcut_answer": usual_kind(q),
-          "relation": relation_words(q)}
+          "relation": relation_words(q), "stale": stale}
 

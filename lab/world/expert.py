@@ -87,13 +87,15 @@ class ExpertConfig:
   # record and sample) whose reply cites every page of the chain; the others cite one page
   chain_cite_first: float = 0.0  # of those others, the share citing the first page (a rubric
   # not connected to the answer); the rest cite the last
+  chain_lure: float = 0.0  # "lookup" on chain questions: share of searched episodes (drawn
+  # first) that stop at the first page and answer its lure, citing that page (chain.py)
 
 
 # ExpertConfig's fields -> their keys in the `sft` section (configs/base.py sft_section).
 SFT_KEYS = {"search_results": "expert_search_results", "use_find": "expert_find",
             "answer": "expert_answer", "known_fraction": "expert_known_fraction",
             "chain_cite_all": "expert_chain_cite_all",
-            "chain_cite_first": "expert_chain_cite_first"}
+            "chain_cite_first": "expert_chain_cite_first", "chain_lure": "expert_chain_lure"}
 
 
 @dataclasses.dataclass
@@ -242,17 +244,37 @@ def cited_chain_answer(gold: Mapping, pages: str = "all") -> str:
   entities filled in ("Link 417 continues under code 733."), citing the page, in chain order,
   then the kind (the pages were opened as their searches' first results: `open_first`)."""
   cited = gold["rubrics"][CITED_PAGES[pages]]
-  names = {e: v["name"] for e, v in gold["entities"].items()}
-  filled = [re.sub(r"<(E\d+)>", lambda m: names[m[1]], r["text"]) for r in cited]
-  lines = [f"{text} [[{k}]({r['url']})]" for k, (text, r) in enumerate(zip(filled, cited), 1)]
-  return ("## Explanation with Citations\n" + "\n".join(lines)
-          + f"\n\n## Exact Answer\n{gold['entities']['E0']['name']}")
+  return _chain_reply(cited, [r["url"] for r in cited], gold["entities"]["E0"]["name"], gold)
+
+
+def lure_chain_answer(gold: Mapping, session: BrowserSession) -> str:
+  """A chain question's reply after opening the first page only: every rubric filled in with
+  the kind that page states (its lure, about another record), all citing that page."""
+  stated_kind = STATED_KIND.search(session.page_text)
+  if stated_kind is None:
+    raise ExpertError(f"the first page of {gold['term']}'s chain states no kind")
+  first = gold["rubrics"][0]["url"]
+  return _chain_reply(gold["rubrics"], [first] * len(gold["rubrics"]), stated_kind.group(1),
+                      gold)
+
+
+def _chain_reply(rubrics: Sequence[Mapping], urls: Sequence[str], kind: str,
+                 gold: Mapping) -> str:
+  """The rubrics filled in (E0 = `kind`), one line each citing its url, then `kind`."""
+  names = {e: v["name"] for e, v in gold["entities"].items()} | {"E0": kind}
+  filled = [re.sub(r"<(E\d+)>", lambda m: names[m[1]], r["text"]) for r in rubrics]
+  numbers = {url: k for k, url in enumerate(dict.fromkeys(urls), 1)}
+  lines = [f"{text} [[{numbers[url]}]({url})]" for text, url in zip(filled, urls)]
+  return "## Explanation with Citations\n" + "\n".join(lines) + f"\n\n## Exact Answer\n{kind}"
 
 
 def chain_pages(record: Mapping, sample_index: int, cfg: ExpertConfig) -> str:
-  """Which pages the reply to one sample of a chain question cites (a key of CITED_PAGES),
-  drawn per record and sample by `cfg.chain_cite_all` and `cfg.chain_cite_first`."""
+  """Which pages the reply to one sample of a chain question cites (a key of CITED_PAGES, or
+  "lure": the first page's lure answered), drawn per record and sample by `cfg.chain_lure`,
+  `cfg.chain_cite_all` and `cfg.chain_cite_first`."""
   draw = random.Random(f"{record['id']}/cite/{sample_index}")
+  if cfg.chain_lure and draw.random() < cfg.chain_lure:
+    return "lure"
   if draw.random() < cfg.chain_cite_all:
     return "all"
   return "first" if draw.random() < cfg.chain_cite_first else "last"
@@ -290,11 +312,15 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
     reply = guess_answer(gold, str(record["id"]), sample_index, known, cfg.known_fraction)
     ep.answer(shortcut_thought(gold, reply.rsplit("\n", 1)[-1]), reply)
   elif cfg.answer == "lookup" and "chain" in gold:
+    pages = chain_pages(record, sample_index, cfg)
     for k, (term, rubric) in enumerate(zip(gold["chain"], gold["rubrics"])):
       await ep.act(NEXT_TERM_THOUGHT if k else GLOSSARY_THOUGHT, "browser.search",
                    {"query": f"glossary {term}", "num": 1})
       await open_first(ep, rubric["url"])
-    ep.answer("", cited_chain_answer(gold, chain_pages(record, sample_index, cfg)))
+      if pages == "lure":
+        break
+    ep.answer("", lure_chain_answer(gold, ep.session) if pages == "lure"
+              else cited_chain_answer(gold, pages))
   elif cfg.answer == "lookup":
     await ep.act(GLOSSARY_THOUGHT, "browser.search", {"query": f"glossary {gold['term']}",
                                                        "num": 1})

@@ -120,17 +120,28 @@ def deciding_sentence(term: str, statement: str) -> str:
   return f"Under record {record_number(term)}, {statement}."
 
 
-def glossary_entry(term: str, statement: str) -> EntityPage:
+def glossary_entry(term: str, statement: str, lure: str = "") -> EntityPage:
   """The glossary page of `term`: its deciding sentence (`statement`, e.g. "its object is of
-  the kind city"), two notes drawn per term that state nothing the questions ask,
-  then the line that names the term, last, so that a listing shows it and not the statement
+  the kind city"), then `lure` if given (a sentence about another record: `lure_sentence`),
+  two notes drawn per term that state nothing the questions ask, then the line that names the
+  term, last, so that a listing shows it and not the statement
   (`rollout.tools.corpus.best_snippet` shows the best-matching sentence and what follows)."""
   sentence = deciding_sentence(term, statement)
   draw = random.Random(f"glossary/{term}")
   notes = [n.format(year=draw.randint(1950, 2019)) for n in draw.sample(_NOTES, 2)]
   named = f"Record {record_number(term)} is filed in the glossary as {term}."
+  body = [sentence, lure, *notes, named] if lure else [sentence, *notes, named]
   return EntityPage(f"glossary:{term}", glossary_url(term), f"Glossary: {term}",
-                    " ".join([sentence, *notes, named]), _PUBLISHED, {("glossary",): sentence})
+                    " ".join(body), _PUBLISHED, {("glossary",): sentence})
+
+
+def lure_sentence(term: str, kind: str) -> str:
+  """A sentence for `term`'s page about the next record, not the term's: "Under record 3920,
+  its object is of the kind city." (a numbered term's: their records step by 7, so no term
+  owns that record)."""
+  if not term.rsplit(" ", 1)[-1].isdigit():
+    raise ValueError(f"a lure sentence needs a numbered term, got {term!r}")
+  return f"Under record {record_number(term) + 1}, {kind_statement(kind)}."
 
 
 def kind_statement(kind: str) -> str:
@@ -148,12 +159,12 @@ def glossary_pages(g: nx.MultiDiGraph, questions: list[Question],
   pages = {}
   for q in questions:
     term, kind = question_term(q), g.nodes[q.walk[0]]["type"]
-    page = glossary_page(term, _other_kind(kind) if term in stale else kind)
+    page = glossary_page(term, other_kind(kind) if term in stale else kind)
     pages[page.node] = page
   return pages
 
 
-def _other_kind(kind: str) -> str:
+def other_kind(kind: str) -> str:
   return next(k for k in named.KINDS if k != kind)
 
 
@@ -161,7 +172,7 @@ def swapped(g: nx.MultiDiGraph, q: Question) -> Question:
   """A reference question whose thing is of the other kind: the same text, so its page states
   the other kind, its gold follows the page, and its shortcut flag flips (the page-swap
   evaluation, `world.swap_eval_pages`)."""
-  other = _other_kind(g.nodes[q.walk[0]]["type"])
+  other = other_kind(g.nodes[q.walk[0]]["type"])
   thing = min(n for n, d in g.nodes(data=True) if d["type"] == other)
   return dataclasses.replace(q, walk=(thing,) + q.walk[1:], shortcut=not q.shortcut)
 
@@ -244,7 +255,7 @@ def generate_reference_questions(g: nx.MultiDiGraph, pages: dict[str, EntityPage
       usual += shortcut
     walk = q.walk
     if not shortcut:
-      walk = (rng.choice(by_kind[_other_kind(usual_kind(q))]),) + q.walk[1:]
+      walk = (rng.choice(by_kind[other_kind(usual_kind(q))]),) + q.walk[1:]
     verb = on.RELATIONS[q.hops[0].relation].forward.format(x="something")
     text = named.kind_text(g, q.walk[1], f"{verb} (link {next(codes)})")
     out.append(Question(walk, q.hops, q.attr_clues, text, shortcut, 0))

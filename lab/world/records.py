@@ -125,8 +125,9 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   ones, whose other questions form the evidence-only split; `lookup.py`) or "chain"
   (reference questions whose link's glossary page names the next term, and only the last of
   `max_hops` pages the kind; `min_hops` must equal `max_hops`; `chain.py`);
-  stale_fraction: "reference" only, the share of each relation's training shortcut questions
-  whose glossary page is stale, stating the other kind (`lookup.stale_terms`);
+  stale_fraction: "reference" and "chain" only, the share of each relation's training
+  shortcut questions whose glossary page (a chain's last) is stale, stating the other kind
+  (`lookup.stale_terms`);
   swap_eval_pages: "reference" only, every held-out question's page states the other kind and
   its gold follows the page (`lookup.swapped`; the training split is unchanged);
   locality: see `build_graph`; distractors: distractor sentences per page (0-6; fewer =
@@ -151,8 +152,9 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
       or not 0.0 <= eval_shortcut_fraction <= 1.0:
     raise ValueError("eval_fraction must be in [0, 1), shortcut_fraction and "
                      "eval_shortcut_fraction in [0, 1]")
-  if not 0.0 <= stale_fraction <= 1.0 or (stale_fraction and style != "reference"):
-    raise ValueError(f"stale_fraction must be in [0, 1] and only set for reference "
+  if not 0.0 <= stale_fraction <= 1.0 or (stale_fraction
+                                           and style not in ("reference", "chain")):
+    raise ValueError(f"stale_fraction must be in [0, 1] and only set for reference or chain "
                      f"questions, got {stale_fraction} for style {style!r}")
   if swap_eval_pages and style != "reference":
     raise ValueError(f"swap_eval_pages is only for reference questions, got style {style!r}")
@@ -175,7 +177,6 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
                  for q in questions]
   if style == "chain":  # drawn after the questions: the same questions as "reference"
     terms = chain.chain_terms(questions, rng, max_hops)
-    pages = {**pages, **chain.glossary_pages(graph, questions, terms)}
   if style in _KIND_STYLES:  # the last questions, whose answers alternate like all the others
     cut = len(questions) - round(eval_fraction * len(questions))
     train_q, eval_q = questions[:cut], questions[cut:]
@@ -184,12 +185,14 @@ def build_world(seed: int, num_entities: int, num_questions: int, *,
   if swap_eval_pages:
     eval_q = [lookup.swapped(graph, q) for q in eval_q]
   stale = lookup.stale_terms(train_q, stale_fraction)
-  if style in ("lookup", "reference"):
+  if style == "chain":
+    pages = {**pages, **chain.glossary_pages(graph, train_q + eval_q, terms, stale)}
+  elif style in ("lookup", "reference"):
     pages = {**pages, **lookup.glossary_pages(graph, train_q + eval_q, stale)}
   records = []
   for i, q in enumerate(train_q + eval_q):
     if style == "chain":
-      gold = chain.gold_annotations(graph, q, terms[q.text])
+      gold = chain.gold_annotations(graph, q, terms[q.text], lookup.question_term(q) in stale)
     elif style in _GLOSSARY_STYLES:
       gold = lookup.gold_annotations(graph, q, lookup.question_term(q) in stale)
     else:
