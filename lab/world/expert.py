@@ -229,10 +229,11 @@ def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
   if stated_kind is None:
     raise ExpertError(f"the glossary page {url} states no kind: {session.page_text!r}")
   kind = stated_kind.group(1)
-  # a reference question's reply restates the page's ending ("... of the kind city."), so
-  # reading it becomes copying the word after "kind"
-  stated = f"{gold['term'].capitalize()} is of the kind {kind}." if "shortcut_answer" in gold \
-      else kind
+  # a reference question's reply restates the page's sentence ("Its object is of the kind
+  # city."), so reading it becomes copying the word after "kind"; it names no number, so the
+  # citation's link is copied off the page's URL, not off a restated one (a tiny policy that
+  # restated "Link 282" miscopied it on half its replies and then cited the miscopied URL)
+  stated = f"Its object is of the kind {kind}." if "shortcut_answer" in gold else kind
   return f"## Explanation with Citations\n{stated} [[1]({url})]\n\n## Exact Answer\n{kind}"
 
 
