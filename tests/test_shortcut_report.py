@@ -123,6 +123,29 @@ def test_a_method_set_with_the_ablations(tmp_path):
   assert report_cli.main([str(tmp_path), "--methods", "grpo,cgrpo,noconn,rubric"]) == 0
 
 
+def test_unconnected_shares_of_the_first_steps_and_of_each_evaluation(tmp_path):
+  """`unconnected_first`: the mean of `judge/unconnected_rate` over the first 10% of steps
+  (here 2 of 20); `unconnected_rate` and its start from the evaluations; nan when a run never
+  logged them."""
+  for m in ("grpo", "cgrpo"):
+    workdir = str(tmp_path / f"{m}_seed0")
+    _run(workdir, [1.0] * 20, 0.8, 0.2)
+    if m == "cgrpo":
+      with metrics.MetricsWriter(os.path.join(workdir, "tb"), process_index=0) as w:
+        for step in range(1, 21):
+          w.scalars(step, {"judge/unconnected_rate": 0.5 if step == 1 else 0.25 / step})
+      for step, rate in ((0, 0.375), (20, 0.0625)):
+        heldout.save(workdir, step, np.array([0.8]), 2,
+                     {"eval/accuracy": 0.8, "eval/shortcut_admitting_rate": 0.2,
+                      "eval/cited_pages": 1.0, "eval/unconnected_rate": rate})
+  summary = shortcut_report.summarize(str(tmp_path))
+  assert summary["cgrpo"]["unconnected_first"] == pytest.approx([(0.5 + 0.125) / 2])
+  assert summary["cgrpo"]["start_unconnected_rate"] == [0.375]
+  assert summary["cgrpo"]["unconnected_rate"] == [0.0625]
+  assert all(np.isnan(summary["grpo"][k][0]) for k in
+             ("unconnected_first", "start_unconnected_rate", "unconnected_rate"))
+
+
 def test_paired_end_difference_against_the_first_method(tmp_path):
   """vs_first: each method's last held-out accuracy minus the first method's, same seed,
   paired over the questions (worked by hand: differences [0.5, 0, 0, 0] -> 0.125 +- 0.125)."""

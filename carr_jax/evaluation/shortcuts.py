@@ -49,9 +49,15 @@ its reward; the rubric readouts below them are what C-GRPO is paid for:
                      the paired change of held-out accuracy from the first evaluation to the
                      last and its standard error (`heldout.change`).
   full_chain_rate    (rubric readout) the share of right held-out answers whose rubric reward
-                     is 1: every
-                     rubric identified, supported by a cited page and connected to the answer
-                     (on the chain world, the whole chain cited; `eval/full_chain_rate`).
+                     is 1: every rubric identified, supported by a cited page and connected to
+                     the answer (on the chain world, the connected-chain share: both pages
+                     cited; `eval/full_chain_rate`).
+  unconnected_rate   the share of held-out episodes with a supported rubric not connected to
+                     the answer (`eval/unconnected_rate`: on the chain world, the first page
+                     cited without the second, e.g. answering its lure), whether or not the
+                     run's judge required connectivity.
+  unconnected_first  the same share in the training rollouts of the first 10% of steps (the
+                     cold start's, `judge/unconnected_rate`).
   start_*            the same held-out measures at step 0 (the run's SFT policy).
   vs_first, vs_first_se
                      held-out accuracy at the last evaluation minus that of the first method
@@ -95,7 +101,8 @@ SUMMARY_KEYS = ("start_evidence_only_accuracy", "evidence_only_accuracy",
                 "start_open_calls", "open_calls", "start_cited_pages", "cited_pages",
                 "start_answer_agrees_with_cited", "answer_agrees_with_cited",
                 "start_shortcut_rate", "shortcut_rate", "start_full_chain_rate",
-                "full_chain_rate")
+                "full_chain_rate", "unconnected_first", "start_unconnected_rate",
+                "unconnected_rate")
 READOUTS = ("start_shortcut_rate", "shortcut_rate", "start_full_chain_rate", "full_chain_rate")
 PAGE_SWAP = {"page_swap": "", "page_swap_start": "start_"}  # probe dir in a run -> key prefix
 FOLLOW_FILE = "follow.json"  # what lab/probes/page_swap.py writes in its --out
@@ -132,6 +139,8 @@ def page_swap(workdir: str) -> dict[str, float]:
 def run_summary(workdir: str) -> dict[str, Any]:
   """The metrics of the module docstring for one run."""
   steps = metrics.read_scalars(os.path.join(workdir, "tb"), STEP_TAGS)
+  unconnected = metrics.read_scalars(os.path.join(workdir, "tb"),
+                                     {"rate": "judge/unconnected_rate"})["rate"]
   evals = heldout.load_all(workdir)
   if not evals:
     raise ValueError(f"{workdir}: no held-out evaluation (eval/step_*.json)")
@@ -150,6 +159,9 @@ def run_summary(workdir: str) -> dict[str, Any]:
       "start_answer_agrees_with_cited": heldout.cited_agreement(first),
       "full_chain_rate": _held(final, "eval/full_chain_rate"),
       "start_full_chain_rate": _held(first, "eval/full_chain_rate"),
+      "unconnected_rate": _held(final, "eval/unconnected_rate"),
+      "start_unconnected_rate": _held(first, "eval/unconnected_rate"),
+      "unconnected_first": edge_mean(unconnected, last=False),
       "shortcut_rate": final["eval/shortcut_admitting_rate"],
       "tool_calls_first": edge_mean(steps["tool_calls"], last=False),
       "tool_calls_last": edge_mean(steps["tool_calls"], last=True),
