@@ -96,7 +96,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.sglang_urls = ""  # comma-separated SGLang base URLs (engine=sglang)
   c.rollout.sglang_idle_timeout = 120.0  # s a weight sync waits for idle to flush the old cache
   c.rollout.sync_dir = ""  # HF exports for SGLang, latest kept ("" = workdir/sync)
-  c.rollout.tokenizer_dir = ""  # Qwen3 tokenizer dir ("" = scripts/fetch_tokenizer.sh cache)
+  c.rollout.tokenizer_dir = ""  # Qwen3 tokenizer dir ("" = carr_jax.fetch_tokenizer's cache)
   # rollout/agent.py: temperature, top_p, top_k, max_turn_tokens, max_context_tokens,
   # max_tool_calls, stop_on_ill_formed, concurrency, tool_timeout_s, system_prompt
   add_fields(c.rollout, RolloutConfig)

@@ -18,13 +18,11 @@ turn of it. A turn in flight when new weights are pushed ends on the weights it 
 (the in-process engine finishes its running batch; the SGLang client holds new requests and
 waits for those in flight before the servers load, `rollout/engines/sglang.py`), so each turn
 records the version that sampled all of its tokens (`turn_weight_versions`), and its tokens'
-rollout log-probs are that version's. With `loss.old_logprobs="rollout"` (the correction
-measured to keep the main job's accuracy at k = 1, docs/results.md) they are the clipped
+rollout log-probs are that version's. With `loss.old_logprobs="rollout"` they are the clipped
 ratio's denominator, so each token's ratio is against the weights that sampled it; with
 "trainer", icepop weighs them against the trainer's. The episode's staleness counts from its
-oldest turn; `rollout/partial_share` counts such episodes (on the main job at k = 1 with
-the in-process engine: 3-11 steps of 30 had some on a CPU, 34-46 of 50 on a GPU, where
-accuracy held; docs/results.md).
+oldest turn; `rollout/partial_share` counts such episodes. Measured on the main job:
+docs/history/2026-11-28-reference-world.md ("Rollouts one step ahead").
 
 Resume: the checkpoint after step s stores the loader position after step s's questions
 (`Pipeline.position`), not after the questions drawn ahead. Collections in flight at a kill are

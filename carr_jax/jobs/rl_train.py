@@ -319,9 +319,8 @@ class Trainer:
 
 def check_staleness_config(config) -> int:
   """`rollout.max_staleness`, checked: k >= 1 needs a correction for the stale tokens: the
-  clipped ratio against the sampler's log-probs (`loss.old_logprobs="rollout"`, the one that
-  kept the main job's accuracy on every seed measured, docs/results.md), or "trainer" with
-  `importance_sampling="icepop"`."""
+  clipped ratio against the sampler's log-probs (`loss.old_logprobs="rollout"`), or "trainer"
+  with `importance_sampling="icepop"`."""
   k = config.rollout.max_staleness
   if not isinstance(k, int) or k < 0:
     raise ValueError(f"rollout.max_staleness must be an integer >= 0, got {k!r}")

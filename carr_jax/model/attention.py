@@ -45,9 +45,8 @@ from carr_jax.model import fused_attention
 
 # The most queries / keys per block of "blockwise", by the platform traced for (rows are padded
 # to a multiple of the block); DEFAULT_BLOCK on platforms not listed. On the CPU the smaller
-# block is faster (benchmarks/README.md `## attention`: the model's gradient on the CPU SFT's 16
-# rows of 448, 1.4x on 2 quiet cores): fewer score entries above the causal diagonal, and a
-# smaller [B, K, G, block, block] score block to keep in cache.
+# block is faster (benchmarks/README.md `## attention`): fewer score entries above the causal
+# diagonal, and a smaller [B, K, G, block, block] score block to keep in cache.
 BLOCKS = {"cpu": 192}
 DEFAULT_BLOCK = 512
 IMPLEMENTATIONS = ("auto", "dense", "blockwise", "splash", "cudnn")

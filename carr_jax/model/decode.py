@@ -44,8 +44,7 @@ keeps a token when the probability mass strictly above it is <= top_p (the top t
 The decode loop is one `lax.while_loop` inside the jitted `generate` (prefill included), not
 a Python loop over a jitted step: a Python loop must read the sampled tokens back to the host
 every step to stop finished rows, and on CPU that dispatch + read costs about as much as a
-tiny model's whole step (measured: the on-device loop is 1.35x faster at the tiny size and
-1.07-1.19x at ~50M parameters; benchmarks/README.md, `## engine`). The loop exits as soon as
+tiny model's whole step (benchmarks/README.md `## engine`). The loop exits as soon as
 every row has finished. Its cost: a running batch cannot be interrupted.
 
   cache = init_cache(cfg, batch=2, max_len=64)

@@ -1,32 +1,17 @@
 """The chain world: the reference world's questions, their evidence two glossary pages long.
 
-    bash scripts/reproduce_chains.sh [OUT_DIR]  # per world: two SFT stages, then the methods
+    bash scripts/reproduce_chains.sh [OUT_DIR]  # per world: two SFT stages, then four methods
 
-which run, from the CLIs, for world w and seed k:
-
-    python -m carr_jax.sft --config lab/configs/lookup_cpu.py:sft --workdir OUT/ref_sft \
-        --config.seed=k --config.world.seed=w
-    python -m carr_jax.sft --config lab/configs/chain_cpu.py:sft --workdir OUT/sft \
-        --config.checkpoint.init_dir=OUT/ref_sft/checkpoints --config.seed=k --config.world.seed=w
-    python -m carr_jax.train --config lab/configs/chain_cpu.py:stale --workdir OUT/cgrpo \
-        --config.checkpoint.init_dir=OUT/sft/checkpoints --config.seed=k --config.world.seed=w
-
-The glossary page of the question's link names the next term, whose page states the kind
-(lab/world/chain.py); the first page also states the kind of a neighbouring record, the lure,
-which is the relation's usual kind. One rubric per page, so the rubric reward pays naming the
-next term, citing both pages, and connecting them: a reply that answers the lure citing the
-first page has a supported rubric cut off from the answer.
-
-The cold start has two stages: the reference world's (which copies the link), then 300 steps
-on chain episodes at lr 6e-3, the last 100 decaying (at 3e-3 one seed of three never learned
-to copy the next term). Its expert's searched replies answer the lure on 40% of samples
-(`expert_chain_lure`); the others cite both pages, the first only, or the last only. So the
-cold start cites supported but unconnected pages often.
-
-`:stale` is the comparison's RL (`scripts/reproduce_chains.sh`): the last page is stale on a
-quarter of each relation's training shortcut questions, so the whole chain, the lure and the
-shortcut are each right on ~80% of training questions and only the rubric reward tells them
-apart. Results: docs/results.md.
+The page of the question's link names the next term, whose page states the kind; the first
+page also states a neighbouring record's kind, the lure (the relation's usual kind), so a reply
+that answers it citing the first page has a supported rubric cut off from the answer
+(lab/world/chain.py). `:sft` starts from the reference world's cold start
+(lookup_cpu.py:sft) and imitates an expert whose searched replies answer the lure on 40% of
+samples and otherwise cite both pages, the first or the last. `:stale` is the comparison's RL:
+the last page is stale on a quarter of each relation's training shortcut questions, so the
+whole chain, the lure and the shortcut are each right on ~80% of training questions and only
+the rubric reward tells them apart; `:main` the same without stale pages. Results:
+docs/results.md.
 """
 from lab.configs import lookup_cpu
 
