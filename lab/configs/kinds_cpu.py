@@ -1,4 +1,4 @@
-"""The tool-free job: the smallest world on which C-GRPO visibly learns on 2 CPU cores.
+"""The tool-free job: the smallest world on which C-GRPO visibly learns (3 minutes).
 
     python -m carr_jax.sft --config lab/configs/kinds_cpu.py:sft --workdir workdir/demo/sft
     python -m carr_jax.sft --config lab/configs/kinds_cpu.py:sft_noisy \
@@ -6,22 +6,11 @@
     python -m carr_jax.train --config lab/configs/kinds_cpu.py --workdir workdir/demo/rl \
         --config.checkpoint.init_dir=workdir/demo/sft_noisy/checkpoints
 
-(The main job, `bash scripts/demo.sh`, is lab/configs/lookup_cpu.py, with the browser tools;
-this one takes 3 minutes.) Kind questions (`world.style="kinds"`,
-lab/world/named.py): "X, a painter, studied at something. Is that a city or an
-organization? Answer with one word." The relation decides the answer (5 relations), the two
-answers come in equal numbers, and nothing needs a tool, so this checks the learning loop
-(rewards from the gold judge, C-GRPO advantages, packing, the jitted step, the weight sync to
-the in-process sampler), not search.
-
-The cold start imitates the guessing expert (`sft.expert_answer="guess"`) in two stages:
-`:sft` knows every answer (`sft.expert_known_fraction` 1), and the policy learns to read the
-relation; `:sft_noisy` knows half of them and guesses the rest, so the policy leaves it
-reading the relation but hedging (right on ~3/4 of its samples). RL from the reward alone
-then sharpens it. Measured (docs/results.md): a policy that never learned to read the
-relation (a purely guessing expert, or a noisy one that never crossed over) answers the same
-on every relation, and RL does not move it; SFT ~1.5 min and 30 RL steps of 16 x 8 (~1.5 min,
-lr 3e-4) take held-out avg@4 from 0.75 to 1.00.
+"X, a painter, studied at something. Is that a city or an organization?" (lab/world/named.py):
+the relation decides the answer and no tool is needed, so it checks the learning loop, not
+search. `:sft` imitates an expert that knows every answer; `:sft_noisy` one that knows half and
+guesses the rest, so the policy reads the relation but hedges, and RL from the reward alone
+sharpens it. Results: docs/history/2026-11-25-earlier-worlds.md; tests/test_learning_run.py.
 """
 from configs import base
 from lab.configs import sft_section

@@ -1,39 +1,17 @@
-"""Does not learn yet: C-GRPO on the named-head synthetic world, from a cold-start SFT policy.
+"""Does not learn yet: C-GRPO on the named-head world, from a cold-start SFT policy.
 
     python -m carr_jax.sft --config lab/configs/named_cpu.py:sft --workdir workdir/named/sft
     python -m carr_jax.train --config lab/configs/named_cpu.py --workdir workdir/named/rl \
         --config.checkpoint.init_dir=workdir/named/sft/checkpoints
 
-The world (`demo_world`, shared by every stage) asks named-head questions of 1-2 hops
-(lab/world/named.py): "X, a painter, studied at a university. Which city is home to
-this university?", answered by searching and opening the pages that prove each hop and
-citing them; about half of the 2-hop questions admit a shortcut (the answer is named on the
-head's page). Names are one Qwen3 token each and marked in bold the way wiki text marks links
-(`world.mark_names`), and the prompt is the brief one (two terse tool schemas, a one-line
-answer format), so an expert episode is ~1,050 tokens (800-1,400). The policy is a small Qwen3
-(`demo_dense`) with the real tokenizer; its output softmax covers only the ids the world uses
-(`model.output_vocab="world"`). The trainer evaluates avg@k accuracy on the same held-out
-questions before the first step and after the last, and ends with
-`heldout_accuracy start=... end=... n=... samples=...`.
-
-Measured on 2 cores: SFT (`:sft`, 150 or 300 steps) gives a policy whose greedy turns on the
-held-out split are well-formed tool calls 0.84 of the time but which solves no question: its
-first search never holds the question's head name (0 of 32), so a C-GRPO step here has zero
-rewards. Copying that name needs a warm start (docs/results.md).
-
-`:sft`, the cold start: the scripted expert (`lab.world.expert`, brief answers, one search
-result per query) solves the training questions; the `demo_dense` policy imitates it on whole
-episodes (~1,050 tokens), in 2,048-token rows. Measured on 2 cores shared with other jobs:
-3.9-4.8 s per step (1.8-3.5 s alone), loss 6.58 -> 0.25 at step 150 and 0.16 at step 300; greedy
-evaluation on 32 held-out questions after either: well-formed tool calls in 0.84 of the turns,
-accuracy 0 (tests/test_sft.py holds the first number above 0.5).
-
-`:copy` is a warm-up stage on the expert's search turns of 12 other worlds in a short context
-(`python -m lab.expert --config lab/configs/named_cpu.py:sft --search-examples 12
---search-results 1 --no-find --out FILE`, then `--config.sft.data=FILE`, which it needs); the
-episode stage starts from it with `--config.checkpoint.init_dir`. Measured: 400 steps do not yet
-make the policy copy names (docs/results.md) with the format rule after the question; the brief
-prompt now states it first, which the copy probe learns far sooner with (not yet re-run here).
+Named-head questions of 1-2 hops (lab/world/named.py): "X, a painter, studied at a university.
+Which city is home to this university?", answered by searching, opening and citing the pages
+that prove each hop; names are one token each, marked in bold like links, and the prompt is
+the brief one. `:sft` imitates the scripted expert on whole episodes (~1,050 tokens);
+`:copy` is a warm-up on the expert's search turns of 12 other worlds (`python -m lab.expert
+--config lab/configs/named_cpu.py:sft --search-examples 12 --search-results 1 --no-find
+--out FILE`, then `--config.sft.data=FILE`). The cold start's first search never held the
+question's head name, so RL had zero rewards: docs/history/2026-11-25-earlier-worlds.md.
 """
 from configs import base
 from lab.configs import sft_section
