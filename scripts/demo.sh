@@ -12,7 +12,7 @@
 #      questions (where the shortcut is wrong); last line
 #      `heldout_accuracy start=... end=... n=... samples=...`.
 # Every stage resumes when rerun (a finished SFT stage is not redone). Measured results and
-# time: docs/results.md (`## Opened pages`).
+# time: docs/results.md (`## The main job`).
 #   CARR_JAX_WORKDIR   run directory (default workdir/demo)
 #   CARR_JAX_SEED      seed of both stages (default 0)
 #   CARR_JAX_WORLD     the world's seed, both stages (default 0); over worlds with the GRPO
