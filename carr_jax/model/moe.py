@@ -23,13 +23,22 @@ from carr_jax.model.sharding import BATCH
 INIT = nn.initializers.normal(stddev=0.02)  # every weight matrix's, here and in the Qwen3 body
 
 
-def route(router_logits: jax.Array, top_k: int, normalize: bool):
+def route(router_logits: jax.Array, top_k: int, normalize: bool,
+          replay: jax.Array | None = None):
   """Softmax over all experts in fp32, then top-k (and renormalise when asked).
 
   router_logits: [T, E] -> (probs [T, E] fp32, weights [T, k] fp32, experts [T, k] int32).
+  replay: [T, k] expert ids chosen elsewhere (the rollout engine's: routing replay); they
+  replace the top-k, and the weights are this router's probabilities of those experts,
+  renormalised the same way, so the router still gets gradients. Ids equal to this router's
+  own top-k give exactly the unreplayed result.
   """
   probs = jax.nn.softmax(router_logits.astype(jnp.float32), axis=-1)
-  weights, experts = jax.lax.top_k(probs, top_k)
+  if replay is None:
+    weights, experts = jax.lax.top_k(probs, top_k)
+  else:
+    experts = replay.astype(jnp.int32)
+    weights = jnp.take_along_axis(probs, experts, axis=-1)
   if normalize:
     weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
   return probs, weights, experts
@@ -83,11 +92,13 @@ def _experts_per_shard(combine, x, experts, weights, w_gate, w_up, w_down):
 
 
 class MoE(nn.Module):
-  """Top-k routed SwiGLU experts, no shared expert. Returns (y, router stats for aux loss)."""
+  """Top-k routed SwiGLU experts, no shared expert. x [B, T, D], segment_ids [B, T], routes
+  [B, T, k] expert ids to replay (or None: the router's own top-k) -> (y [B, T, D], router
+  stats for the aux loss, the experts used [B, T, k] int32)."""
   cfg: Qwen3Config
 
   @nn.compact
-  def __call__(self, x, segment_ids):
+  def __call__(self, x, segment_ids, routes=None):
     cfg = self.cfg
     pdt, cdt = jnp.dtype(cfg.param_dtype), jnp.dtype(cfg.compute_dtype)
     d, e, f = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
@@ -99,7 +110,8 @@ class MoE(nn.Module):
     b, t, _ = x.shape
     tokens = x.reshape(b * t, d)
     logits = jnp.einsum("TD,DE->TE", tokens, router.astype(cdt))
-    probs, weights, experts = route(logits, cfg.num_experts_per_tok, cfg.norm_topk_prob)
+    replay = None if routes is None else routes.reshape(b * t, -1)
+    probs, weights, experts = route(logits, cfg.num_experts_per_tok, cfg.norm_topk_prob, replay)
     combine = _experts_ragged if cfg.moe_impl == "ragged" else _experts_dense
     y = _experts_per_shard(combine, x, experts.reshape(b, t, -1),
                            weights.astype(cdt).reshape(b, t, -1), w_gate, w_up, w_down)
@@ -107,7 +119,7 @@ class MoE(nn.Module):
     valid = (segment_ids.reshape(-1) > 0).astype(jnp.float32)  # [T]
     counts = jnp.einsum("TKE,T->E", jax.nn.one_hot(experts, e), valid)
     prob_sums = jnp.einsum("TE,T->E", probs, valid)
-    return y, (counts, prob_sums, jnp.sum(valid))
+    return y, (counts, prob_sums, jnp.sum(valid)), experts.reshape(b, t, -1)
 
 
 def router_aux_loss(stats, cfg: Qwen3Config) -> jax.Array:

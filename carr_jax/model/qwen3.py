@@ -168,14 +168,17 @@ class MLP(nn.Module):
 
 class DecoderLayer(nn.Module):
   """Pre-norm block; scanned over layers with carry (x, router statistics, the shared prefix's
-  hidden [1, P, D] or None) and the layer's KV cache (or None) as the scanned input and
-  output."""
+  hidden [1, P, D] or None). Scanned input: the layer's KV cache (or None) and the experts to
+  replay [B, T, k] (or None); scanned output: the cache and the experts used [B, T, k] (None
+  for a dense model)."""
   cfg: Qwen3Config
 
   @nn.compact
-  def __call__(self, carry, positions, segment_ids, cache=None):
+  def __call__(self, carry, positions, segment_ids, scanned=(None, None)):
     cfg = self.cfg
     x, stats, prefix = carry
+    cache, routes = scanned
+    experts = None
     input_norm = RMSNorm(cfg, name="input_norm")
     post_attn_norm = RMSNorm(cfg, name="post_attn_norm")
     y, cache, y_prefix = Attention(cfg, name="attn")(
@@ -184,7 +187,7 @@ class DecoderLayer(nn.Module):
     x = x + y
     h = post_attn_norm(x)
     if cfg.is_moe:
-      y, layer_stats = MoE(cfg, name="moe")(h, segment_ids)
+      y, layer_stats, experts = MoE(cfg, name="moe")(h, segment_ids, routes)
       stats = jax.tree.map(jnp.add, stats, layer_stats)
     else:
       mlp = MLP(cfg, name="mlp")
@@ -193,7 +196,7 @@ class DecoderLayer(nn.Module):
         prefix = prefix + y_prefix
         prefix = shard(prefix + mlp(post_attn_norm(prefix), None), None, None, None)
     x = shard(x + y, BATCH, None, None)
-    return (x, stats, prefix), cache
+    return (x, stats, prefix), (cache, experts)
 
 
 class Qwen3(nn.Module):
@@ -220,9 +223,10 @@ class Qwen3(nn.Module):
           "lm_head", lambda rng, s, dt: {"kernel": INIT(rng, s, dt)},
           (cfg.hidden_size, cfg.vocab_size), pdt)
 
-  def _body(self, tokens, positions, segment_ids, cache, prefix_tokens=None):
-    """-> (final-normed hidden [B, T, D], router statistics, cache {"k", "v": [L, B, K, S, H]}
-    updated, or None)."""
+  def _body(self, tokens, positions, segment_ids, cache, prefix_tokens=None, routes=None):
+    """routes: [L, B, T, k] experts to replay, or None -> (final-normed hidden [B, T, D],
+    router statistics, cache {"k", "v": [L, B, K, S, H]} updated or None, the experts used
+    [L, B, T, k] int32 or None)."""
     cfg = self.cfg
     embed = lambda ids: jnp.take(  # noqa: E731
         self.embedding["embedding"], ids, axis=0).astype(_dtype(cfg.compute_dtype))
@@ -235,24 +239,35 @@ class Qwen3(nn.Module):
       prefix = embed(prefix_tokens)[None]  # [1, P, D]
     e = max(cfg.num_experts, 1)
     stats = (jnp.zeros((e,)), jnp.zeros((e,)), jnp.zeros(()))
-    (x, stats, _), cache = self.layers((x, stats, prefix), positions, segment_ids, cache)
-    return self.final_norm(x), stats, cache
+    if routes is not None and not cfg.is_moe:
+      raise ValueError("routes to replay are for a mixture-of-experts model")
+    (x, stats, _), (cache, experts) = self.layers((x, stats, prefix), positions, segment_ids,
+                                                  (cache, routes))
+    return self.final_norm(x), stats, cache, experts
 
-  def hidden_and_aux(self, tokens, positions, segment_ids, prefix_tokens=None):
+  def hidden_and_aux(self, tokens, positions, segment_ids, prefix_tokens=None, routes=None):
     """tokens/positions/segment_ids: [B, T] -> (hidden [B, T, D], router aux loss scalar).
 
     With `prefix_tokens` [P] (P > 0): the tokens that precede every row, at positions
     0 .. P-1 of its first segment; they are computed once, and the hidden states are those
-    of the rows' own columns (as if each row began with the prefix).
+    of the rows' own columns (as if each row began with the prefix). With `routes` [L, B, T, k]
+    (MoE only): every layer uses those experts per token (`moe.route`'s replay).
     """
-    hidden, stats, _ = self._body(tokens, positions, segment_ids, None, prefix_tokens)
+    hidden, stats, _, _ = self._body(tokens, positions, segment_ids, None, prefix_tokens,
+                                     routes)
     return hidden, router_aux_loss(stats, self.cfg)
+
+  def routes(self, tokens, positions, segment_ids):
+    """[B, T] inputs -> the experts each layer's router picks [L, B, T, k] int32 (MoE only)."""
+    if not self.cfg.is_moe:
+      raise ValueError("a dense model has no routes")
+    return self._body(tokens, positions, segment_ids, None)[3]
 
   def with_cache(self, tokens, positions, segment_ids, cache):
     """Prefill or decode (see `Attention`): [B, T] inputs and the stacked cache
     {"k", "v": [L, B, K, S, H]} (and "prefix_k", "prefix_v" [L, P, K, H] when the rows
     continue a shared prefix) -> (final-normed hidden [B, T, D], the updated {"k", "v"})."""
-    hidden, _, cache = self._body(tokens, positions, segment_ids, cache)
+    hidden, _, cache, _ = self._body(tokens, positions, segment_ids, cache)
     return hidden, cache
 
   def __call__(self, tokens, positions, segment_ids):
