@@ -30,7 +30,7 @@ from rollout.chat import ChatFormat  # noqa: E402
 from rollout.engines import SamplingParams, SGLangEngine  # noqa: E402
 from rollout.engines import sglang_launcher  # noqa: E402
 from tests.sglang_server import make_tiny_qwen3  # noqa: E402
-from tests.test_tokenizer import qwen3_tokenizer  # noqa: E402
+from tests.carr_jax.test_tokenizer import qwen3_tokenizer  # noqa: E402
 
 
 async def one_round(engine, fmt, backend, records, cfg):

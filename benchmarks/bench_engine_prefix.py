@@ -10,7 +10,7 @@ call and a page follow the prompt), sampled at temperature 1 with the agent's st
 the config's 64 new tokens a turn (random weights rarely stop, so nearly every row decodes
 all 64: an upper bound on the decoding a real turn does). Each side runs in its own process;
 times are medians of `--rounds` rounds after one warm-up round (compiles). The sides' first
-sampled tokens agree and their log-probs to float rounding (tests/test_engine_prefix.py
+sampled tokens agree and their log-probs to float rounding (tests/carr_jax/test_engine_prefix.py
 checks it).
 
     .venv/bin/python benchmarks/bench_engine_prefix.py [--rounds 5 --extra 96]
@@ -39,7 +39,7 @@ def side(args) -> dict:
   from lab.configs import lookup_cpu
   from rollout import agent
   from rollout.chat import ChatFormat
-  from tests.test_tokenizer import qwen3_tokenizer
+  from tests.carr_jax.test_tokenizer import qwen3_tokenizer
   config = lookup_cpu.get_config("main")
   config.batch.prefix_multiple = SIDES[args.side]
   fmt = ChatFormat(qwen3_tokenizer())

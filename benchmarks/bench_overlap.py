@@ -51,7 +51,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import scripted_judge  # noqa: E402
 from rollout.engines import sglang_launcher  # noqa: E402
-from tests.test_tokenizer import qwen3_tokenizer_dir  # noqa: E402
+from tests.carr_jax.test_tokenizer import qwen3_tokenizer_dir  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IM_END, TOOL_CALL, THINK_END = 151645, 151657, 151668  # Qwen3 token ids

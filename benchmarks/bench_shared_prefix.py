@@ -9,7 +9,7 @@ differ: the system turn with the tool signatures (193 tokens) is the prefix ever
 192 of it cut off at multiples of 64. Each side runs in its own process; times are medians of
 `--steps` steps after `--warmup` (each new loss-position shape compiles once), memory is XLA's
 `memory_analysis()` temporaries of the first batch's compiled step. The sides' first-step
-losses are printed: they agree to float rounding (tests/test_shared_prefix.py checks it).
+losses are printed: they agree to float rounding (tests/lab/test_shared_prefix.py checks it).
 
     .venv/bin/python benchmarks/bench_shared_prefix.py [--steps 20 --warmup 6 --seed 0]
 """
@@ -38,7 +38,7 @@ def side(args) -> dict:
   from carr_jax.rl import train_step as ts
   from lab.configs import lookup_cpu
   from rollout.chat import ChatFormat
-  from tests.test_tokenizer import qwen3_tokenizer
+  from tests.carr_jax.test_tokenizer import qwen3_tokenizer
   config = lookup_cpu.get_config("sft")
   config.batch.prefix_multiple = SIDES[args.side]
   with tempfile.TemporaryDirectory() as tmp:

@@ -12,7 +12,7 @@ schema, run the calls in order on the episode's own `BrowserSession` (awaiting, 
 episodes generate and browse meanwhile), and append the observation tokens (the tool turn and
 the next assistant header).  The token ids are only ever appended: generated ids are the
 engine's own, never re-tokenized, and equal `apply_chat_template` of the history whenever the
-model's text is in canonical form (tests/agent/test_episode.py checks it on a full episode).
+model's text is in canonical form (tests/rollout/agent/test_episode.py checks it on a full episode).
 
 How an episode ends (`status`, `error_kind`):
   completed   the model answered without a tool call                           (null)

@@ -10,7 +10,8 @@ trajectory incrementally and never re-tokenize generated text:
   ...
 
 That sequence equals `tokenizer.apply_chat_template(history, tools, add_generation_prompt=True)`
-as long as the engine's tokens are the canonical tokenization of the turn (tests/test_chat.py):
+as long as the engine's tokens are the canonical tokenization of the turn
+(tests/rollout/test_chat.py):
 every seam sits next to a special token, where the tokenizer splits anyway, or right after the
 "\n" of `<think>\n`, which Qwen's pre-tokenizer never joins to the text after it.  The
 template keeps the reasoning of every assistant turn after the LAST user query and drops the

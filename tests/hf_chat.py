@@ -1,10 +1,10 @@
 """The reference our chat rendering is checked against: the real Qwen3 tokenizer's HF chat
-template (tests/agent/test_episode.py, tests/test_expert.py)."""
+template (tests/rollout/agent/test_episode.py, tests/lab/test_expert.py)."""
 from __future__ import annotations
 
 import json
 
-from tests.test_tokenizer import qwen3_tokenizer
+from tests.carr_jax.test_tokenizer import qwen3_tokenizer
 
 
 def hf_messages(history):

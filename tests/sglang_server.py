@@ -24,7 +24,7 @@ import time
 import pytest
 
 from rollout.engines import sglang_launcher
-from tests.test_tokenizer import qwen3_tokenizer_dir
+from tests.carr_jax.test_tokenizer import qwen3_tokenizer_dir
 
 
 def make_tiny_qwen3(path: pathlib.Path, seed: int) -> pathlib.Path:

@@ -11,7 +11,7 @@ before the first assistant turn (`ChatFormat.prompt_ids`), then each turn's cano
 completion (`rollout.chat.completion_text`), then the messages up to the next assistant turn
 rendered by `rollout.chat.render` plus the next generation prompt. So a trajectory the agent
 loop produced renders to its own token ids, and for a single-question conversation the ids
-equal `apply_chat_template(messages, tools)` without its final "\\n" (tests/test_sft.py).
+equal `apply_chat_template(messages, tools)` without its final "\\n" (tests/lab/test_sft.py).
 With several user questions the template would drop the reasoning of turns before the last
 one; here every turn is kept, because that is the context the agent loop shows the policy.
 

@@ -6,7 +6,7 @@
 
 Objective: token-mean cross-entropy over the tokens the policy generates (loss mask 1, the
 RL mask semantics), normalized by the number of such tokens in the WHOLE global batch, like
-the C-GRPO loss (so micro-batches and devices change nothing; tests/test_sft.py). Logits are
+the C-GRPO loss (so micro-batches and devices change nothing; tests/lab/test_sft.py). Logits are
 built only at the loss positions (`packing.loss_positions`, `batch.loss_positions_multiple`,
 `train_step.target_logprobs`), which is the whole unembedding saving for trajectories where
 most tokens are tool observations. With a restricted output vocabulary (`SFTStepConfig.vocab`,

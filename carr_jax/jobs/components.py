@@ -4,7 +4,7 @@ Each dataclass config comes from one section of the config (`carr_common.section
 from_section`): field `f` of the dataclass is the key `<section>.<f>`, except the fields its
 builder computes, which the builder names with their reason. The field's default is the key's
 one default: configs/base.py adds the key from the field (`add_fields`;
-tests/test_config_single_source.py).
+tests/repo/test_config_single_source.py).
 
 A builder reads its own section (engine and tokenizer: rollout; tool_backend: tools) and, where
 named here, other keys for a stated reason:

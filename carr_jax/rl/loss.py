@@ -34,7 +34,7 @@ states without materializing [B*T, V] logits: the sequence is cut into chunks, e
 fp32 logits are built, reduced and dropped inside a `jax.checkpoint`ed scan step, so the
 backward pass recomputes them chunk by chunk too.
 
-Run the tests: .venv/bin/python -m pytest tests/test_loss.py -q
+Run the tests: .venv/bin/python -m pytest tests/carr_jax/test_loss.py -q
 """
 from __future__ import annotations
 

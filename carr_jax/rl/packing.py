@@ -271,7 +271,7 @@ def split_shared_prefix(arrays: Mapping[str, np.ndarray], multiple: int) -> dict
   [R, S - P] plus "prefix_tokens" [P]: P is `shared_prefix_length` rounded down to a
   multiple of `multiple` (few compiled shapes), possibly 0. The model reads the prefix as
   tokens at positions 0 .. P-1 before every row (`Qwen3.hidden_and_aux`); since no cut slot
-  has loss, no loss value or gradient changes (tests/test_shared_prefix.py).
+  has loss, no loss value or gradient changes (tests/lab/test_shared_prefix.py).
   """
   p = shared_prefix_length(arrays["tokens"], arrays["segment_ids"],
                            arrays["loss_mask"]) // multiple * multiple

@@ -17,11 +17,11 @@ carries none: the step makes the batch's only update, so the old policy is the s
 params, and the old log-probs are its forward's log-probs with the gradient stopped (the
 ratio is 1; the trainers' default, `loss.old_logprobs="trainer"`). That is the value a
 separate recomputation before the update (`make_logprob_fn`) gives, less its forward pass,
-up to float rounding between two programs (tests/test_train_step.py). With
+up to float rounding between two programs (tests/carr_jax/test_train_step.py). With
 `StepConfig.loss_positions` the batch also holds `loss_index` / `loss_valid` [R, K]
 (`carr_jax.rl.packing.loss_positions`): logits are then built only at those K slots of each row
 and the log-probs scattered back to [R, S] (0 elsewhere), which changes no loss value or
-gradient, since every other slot has loss mask 0 (tests/test_train_step.py). With
+gradient, since every other slot has loss mask 0 (tests/carr_jax/test_train_step.py). With
 `StepConfig.shared_prefix` the batch also holds `prefix_tokens` [P], the leading tokens
 every row shares, cut off its rows by `carr_jax.rl.packing.split_shared_prefix` and computed
 once per micro-batch (`Qwen3.hidden_and_aux`).

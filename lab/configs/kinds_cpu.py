@@ -10,7 +10,7 @@
 the relation decides the answer and no tool is needed, so it checks the learning loop, not
 search. `:sft` imitates an expert that knows every answer; `:sft_noisy` one that knows half and
 guesses the rest, so the policy reads the relation but hedges, and RL from the reward alone
-sharpens it. Results: docs/history/2026-11-25-earlier-worlds.md; tests/test_learning_run.py.
+sharpens it. Results: docs/history/2026-11-25-earlier-worlds.md; tests/lab/test_learning_run.py.
 """
 from configs import base
 from lab.configs import sft_section

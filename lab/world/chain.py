@@ -36,7 +36,7 @@ Entities and rubrics, for a chain of terms t_0 (the question's) .. t_{h-1}:
 So the three parts of the rubric reward each decide part of it: citing only the last page
 supports half the rubrics; a reply that never names E1 identifies none; citing only the first
 page (after reading both, or answering the lure) supports a rubric that does not connect to E0,
-which earns nothing (tests/test_chain_world.py).
+which earns nothing (tests/lab/test_chain_world.py).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from the head entity En (the one the question describes first) inward to the ans
 then answers in the requested format: the evidence sentence of every rubric, each followed by
 a `[[n](url)]` citation of the page it was read on (only pages it opened), the answer's name
 under `## Exact Answer`, and the cited pages under `## References`. Its episodes therefore
-score outcome 1 and rubric reward 1 with the gold judge (tests/test_expert.py). It does not
+score outcome 1 and rubric reward 1 with the gold judge (tests/lab/test_expert.py). It does not
 work out the head entity from the question's clues: it looks it up by its gold name, so it
 demonstrates the format and the search / open / find / cite procedure, not the reasoning.
 

@@ -36,7 +36,7 @@ _ORG_PATTERNS = {
 
 
 # One-syllable names that the Qwen3 tokenizer keeps whole, as one token both with and without
-# a leading space (checked by tests/test_named_world.py), and that are not common English words.
+# a leading space (checked by tests/lab/test_named_world.py), and that are not common English words.
 SHORT_NAMES = tuple("""
 Bal Ban Bar Bas Bei Bel Ben Ber Bes Beth Bin Bon Bre Brian Bro Bron Bru Brun Bur Cal Cam Car
 Cas Cel Col Cond Cor Cos Cou Cour Cum Cur Dal Dam Dan Dar Das Del Dem Den Der Des Dia Dom Don

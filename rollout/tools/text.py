@@ -8,7 +8,7 @@ words is matched whole, on word boundaries, instead.
 Find: exact case-insensitive occurrences first (in page order), then approximate "windows"
 where at least 80% of the pattern's words (counted with multiplicity) appear within a run of
 the page's words slightly longer than the pattern; each match is returned with about 200
-characters of context on each side. Examples: tests/tools/test_session.py.
+characters of context on each side. Examples: tests/rollout/tools/test_session.py.
 """
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Tests of carr_common: dotted keys, HTTP retry, JSON lines, safe text, the vocabulary."""

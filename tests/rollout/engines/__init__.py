@@ -1,0 +1,1 @@
+"""Tests of rollout/engines: the SGLang client and server, weight sync."""
