@@ -138,9 +138,9 @@ def page_swap(workdir: str) -> dict[str, float]:
 
 def run_summary(workdir: str) -> dict[str, Any]:
   """The metrics of the module docstring for one run."""
-  steps = metrics.read_scalars(os.path.join(workdir, "tb"), STEP_TAGS)
-  unconnected = metrics.read_scalars(os.path.join(workdir, "tb"),
-                                     {"rate": "judge/unconnected_rate"})["rate"]
+  steps = metrics.read_scalars(os.path.join(workdir, "tb"),
+                               {**STEP_TAGS, "unconnected": "judge/unconnected_rate"})
+  unconnected = steps.pop("unconnected")  # not a plotted curve: `steps` stays STEP_TAGS'
   evals = heldout.load_all(workdir)
   if not evals:
     raise ValueError(f"{workdir}: no held-out evaluation (eval/step_*.json)")

@@ -221,14 +221,20 @@ async def open_first(ep: _Episode, url: str) -> None:
     raise ExpertError(f"could not open the glossary page {url}: {opened.text[:200]}")
 
 
+def page_kind(session: BrowserSession, url: str) -> str:
+  """The kind the page open in `session` (that of `url`) states in its body (ExpertError if
+  none)."""
+  stated_kind = STATED_KIND.search(session.page_text)
+  if stated_kind is None:
+    raise ExpertError(f"the glossary page {url} states no kind: {session.page_text!r}")
+  return stated_kind.group(1)
+
+
 def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
   """The kind the opened glossary page states in its body (a stale page's too: the expert
   reads, it does not know), citing the page."""
   url = gold["entities"]["E0"]["url"]
-  stated_kind = STATED_KIND.search(session.page_text)
-  if stated_kind is None:
-    raise ExpertError(f"the glossary page {url} states no kind: {session.page_text!r}")
-  kind = stated_kind.group(1)
+  kind = page_kind(session, url)
   # a reference question's reply restates the page's sentence ("Its object is of the kind
   # city."), so reading it becomes copying the word after "kind"; it names no number, so the
   # citation's link is copied off the page's URL, not off a restated one (a tiny policy that
@@ -251,12 +257,9 @@ def cited_chain_answer(gold: Mapping, pages: str = "all") -> str:
 def lure_chain_answer(gold: Mapping, session: BrowserSession) -> str:
   """A chain question's reply after opening the first page only: every rubric filled in with
   the kind that page states (its lure, about another record), all citing that page."""
-  stated_kind = STATED_KIND.search(session.page_text)
-  if stated_kind is None:
-    raise ExpertError(f"the first page of {gold['term']}'s chain states no kind")
   first = gold["rubrics"][0]["url"]
-  return _chain_reply(gold["rubrics"], [first] * len(gold["rubrics"]), stated_kind.group(1),
-                      gold)
+  return _chain_reply(gold["rubrics"], [first] * len(gold["rubrics"]),
+                      page_kind(session, first), gold)
 
 
 def _chain_reply(rubrics: Sequence[Mapping], urls: Sequence[str], kind: str,
