@@ -21,7 +21,7 @@ def parser() -> argparse.ArgumentParser:
                  "--compare runs without --rubrics.")
   a = p.add_argument
   a("--out", required=True, help="output directory (a rerun resumes)")
-  a("--data", help="eval JSONL of CaRR records, or world:eval / world:train")
+  a("--data", help="eval JSONL of CaRR records, or source:eval / source:train")
   a("--checkpoint", default="", help="orbax checkpoint root or step dir of the policy")
   a("--samples", type=int, default=1, help="samples per question (k of avg@k / pass@k)")
   a("--questions-in-flight", type=int, default=8, help="questions rolled out at once")

@@ -21,6 +21,7 @@ from carr_jax.rl.loss import LossConfig
 from carr_jax.rl.packing import PackingConfig
 from carr_jax.rl.rewards import RewardConfig
 from carr_jax.rl.train_step import OptimConfig, StepConfig
+from carr_jax.jobs.tasks import task_source
 from judge.config import JudgeConfig
 from rollout.agent import RolloutConfig
 from rollout.tools.web import WebConfig
@@ -33,8 +34,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.model = ml_collections.ConfigDict()
   c.model.preset = "tiny_dense"  # carr_jax.model.config preset name
   c.model.hf_path = ""  # HF directory to initialise from ("" = random init / checkpoint)
-  # "full" | "world": the softmax over the ids the in-process task source's tasks can need only
-  # (its output_ids; the CPU laboratory's worlds)
+  # "full" | "task": the softmax over the ids the in-process task source's tasks can need only
+  # (its output_ids)
   c.model.output_vocab = "full"
   # carr_jax/model/config.py (its fields but the architecture, which the preset gives):
   # moe_impl, attention, param_dtype, compute_dtype, remat
@@ -56,40 +57,14 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.data = ml_collections.ConfigDict()
   # "jsonl" (CaRR records) | a task source module making tasks in-process (carr_jax/jobs/tasks.py
-  # task_source): "lab.tasks", the CPU laboratory's synthetic world of the `world` section
-  c.data.source = "lab.tasks"
+  # task_source), set with its own config section by `use_task_source`
+  c.data.source = "jsonl"
   c.data.train_path = ""  # CaRR-format jsonl (source=jsonl)
   c.data.eval_path = ""  # held-out jsonl, same format (optional)
-  c.data.corpus_path = ""  # offline corpus jsonl for tools.backend=corpus (world: built in)
+  c.data.corpus_path = ""  # offline corpus jsonl for tools.backend=corpus (a task source: its own)
   c.data.prompts_per_step = 16  # questions per step (paper: 16)
   c.data.group_size = 8  # rollouts per question, G (paper: 8)
   c.data.epochs = 3  # passes over the training questions (paper: 3); bounds num_steps
-
-  c.world = ml_collections.ConfigDict()  # the laboratory's synthetic world (lab/tasks.py)
-  c.world.seed = 0  # its seed
-  c.world.entities = 60  # its size (entities)
-  c.world.questions = 40  # synthetic questions (train + eval)
-  c.world.eval_fraction = 0.25  # share of synthetic questions held out for eval
-  c.world.style = "deep"  # "deep" (vague clues) | "named" (head named) | "kinds" (named.py)
-  # | "lookup" (kinds with glossary evidence, lookup.py) | "reference" (lookup.py: every question
-  # has its own link; the relation's kind is right except on exceptions) | "chain" (reference
-  # questions whose evidence is a chain of pages, lab/world/chain.py)
-  c.world.min_hops = 2  # synthetic question lengths in hops ("named": from 1)
-  c.world.max_hops = 4
-  c.world.shortcut_fraction = 0.25  # share of (multi-hop; "lookup": all; "reference":
-  # training) questions admitting a shortcut
-  c.world.eval_shortcut_fraction = 0.5  # "reference": the same for held-out questions
-  c.world.stale_fraction = 0.0  # "reference", "chain": share of training shortcut questions
-  # whose glossary page (a chain's last) is stale, stating the other kind (lab/world/lookup.py)
-  c.world.swap_eval_pages = False  # "reference": every held-out page states the other kind,
-  # the gold following it (the page-swap evaluation, lab/probes/page_swap.py)
-  c.world.locality = 0.0  # chance a person studies/works in their birth city (graph.py)
-  c.world.distractors = 6  # distractor sentences per synthetic page (0-6)
-  c.world.short_names = False  # one-token names, one-word people (lab/world/graph.py)
-  c.world.prompt = "full"  # "full" | "brief" (2 terse tool schemas, one-line rule) | "answer"
-  c.world.mark_names = False  # other entities' names in **bold**, like links (lab/world/pages.py)
-  c.world.output_vocab_worlds = 0  # model.output_vocab="world": also the ids of the worlds
-  # seeded world.seed+1..+N
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.engine = "jax"  # "jax" (in-process sampler) | "sglang" (HTTP server(s))
@@ -174,6 +149,15 @@ def sft_section() -> ml_collections.ConfigDict:
   s.min_outcome = 0.0  # keep dumped rollouts whose judge outcome is >= this (0 = all)
   s.default_tools = True  # records without tools get the browser schemas in their prompt
   return s
+
+
+def use_task_source(c: ml_collections.ConfigDict, source: str) -> None:
+  """Makes `source`, a task source module (carr_jax/jobs/tasks.py task_source), the config's
+  data and adds the config section it owns: `<source>.SECTION`, at `<source>.config_section()`.
+  The module is imported by name (the CPU laboratory's is "lab.tasks", section `world`)."""
+  c.data.source = source
+  module = task_source(c.data)
+  c[module.SECTION] = module.config_section()
 
 
 def add_fields(section: ml_collections.ConfigDict, *classes: type, skip=(),

@@ -114,7 +114,8 @@ def apply_variant(c, arg: str | None, tpu_mesh: dict, gpu_mesh: dict):
     for section in ("data", "rollout", "tools", "judge", "batch", "mesh", "train"):
       c[section] = base_cfg[section]
     c.model.preset, c.model.compute_dtype, c.model.remat = tiny, "float32", "none"
-    c.judge.backend = "gold"  # the synthetic world of base.py
+    base.use_task_source(c, "lab.tasks")  # the CPU laboratory's synthetic world
+    c.judge.backend = "gold"  # its gold answers
   else:
     raise ValueError(f"config argument must start with tpu, gpu or tiny, got {arg!r}")
   if "grpo" in extras:

@@ -1,10 +1,13 @@
 """The laboratory's task source (`data.source="lab.tasks"`): the synthetic world of the `world`
 section, built in-process, as the jobs' task loading (carr_jax/jobs/tasks.py) asks of a source:
 
+- `SECTION`, `config_section()`: the config section it owns (`world`, lab.configs.world_section);
 - `tasks(config)`: (train records, eval records, corpus page records);
 - `output_ids(config, fmt)`: the sorted token ids its questions, pages and expert can need (the
-  restricted output vocabulary of `model.output_vocab="world"`);
-- `expert_trajectories(config, fmt)`: the scripted expert's SFT episodes (`sft.data="expert"`).
+  restricted output vocabulary of `model.output_vocab="task"`);
+- `expert_trajectories(config, fmt)`: the scripted expert's SFT episodes (`sft.data="expert"`);
+- `eval_metrics(config, records, breakdowns)` and `SUMMARY_NAMES`: what a held-out evaluation
+  adds from the world's gold flags (lab/metrics.py).
 """
 from __future__ import annotations
 
@@ -12,10 +15,21 @@ import asyncio
 from typing import Any
 
 from carr_common.sections import from_section
-from lab.configs import sft_section
+from lab import metrics
+from lab.configs import sft_section, world_section
 from lab.world import build_world, expert
 from lab.world.output_vocab import world_output_ids
 from rollout.tools.corpus import CorpusBackend
+
+
+SECTION = "world"
+config_section = world_section
+SUMMARY_NAMES = metrics.SUMMARY_NAMES
+
+
+def eval_metrics(config: Any, records, breakdowns) -> tuple[dict, dict]:
+  """(metrics, per-question lists) of a held-out evaluation (lab.metrics.eval_metrics)."""
+  return metrics.eval_metrics(records, breakdowns, config.reward.shortcut_threshold)
 
 
 def world_tasks(world_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:

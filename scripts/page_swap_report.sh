@@ -4,7 +4,7 @@
 # for each RUN W:S, the page swap (lab/probes/page_swap.py) on the cold start
 # OUT_DIR/sft_wW_seedS (copied into each method's page_swap_start/) and on the end of each
 # method's run OUT_DIR/<method>_wW_seedS (page_swap/), methods CARR_JAX_METHODS (default
-# "grpo cgrpo"); then python -m carr_jax.shortcut_report OUT_DIR. Each probe resumes.
+# "grpo cgrpo"); then python -m lab.shortcut_report OUT_DIR. Each probe resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py="${CARR_JAX_VENV:-.venv}/bin/python"
@@ -25,4 +25,4 @@ done
 methods="${methods[*]}"
 wall_arg=()
 if [ "$wall" != - ]; then wall_arg=(--wall-s "$wall"); fi
-"$py" -m carr_jax.shortcut_report "$out" ${wall_arg[@]+"${wall_arg[@]}"} --methods "${methods// /,}"
+"$py" -m lab.shortcut_report "$out" ${wall_arg[@]+"${wall_arg[@]}"} --methods "${methods// /,}"

@@ -13,7 +13,7 @@
 #      --config.judge.require_connected=False) and rubric (C-GRPO, a = 1.0); alpha01 (a = 0.1)
 #      when named in CARR_JAX_METHODS;
 # then OUT_DIR/summary.json, OUT_DIR/table.md and OUT_DIR/shortcuts.png
-# (python -m carr_jax.shortcut_report; its --help defines every metric, full_chain_rate too).
+# (python -m lab.shortcut_report; its --help defines every metric, full_chain_rate too).
 #   bash scripts/reproduce_chains.sh [OUT_DIR]                 (default workdir/chains)
 #   CARR_JAX_METHODS="grpo cgrpo noconn rubric alpha01" bash ...
 # Runs go two at a time, one core each (scripts/run_lanes.sh); logs in OUT_DIR/*.log; every
@@ -33,5 +33,5 @@ for run in "${runs[@]}"; do
     "$out/sft_w${run%%:*}_seed${run#*:}/checkpoints" "$@"
 done
 methods="${CARR_JAX_METHODS// /,}"
-"${CARR_JAX_VENV:-.venv}/bin/python" -m carr_jax.shortcut_report "$out" \
+"${CARR_JAX_VENV:-.venv}/bin/python" -m lab.shortcut_report "$out" \
   --wall-s "$(( $(date +%s) - start ))" --methods "$methods"

@@ -12,7 +12,7 @@
 #      right) and its GRPO control instead;
 #   3. the page swap (lab/probes/page_swap.py) on the cold start and on each run's end;
 # then OUT_DIR/summary.json, OUT_DIR/table.md and OUT_DIR/shortcuts.png
-# (python -m carr_jax.shortcut_report; its --help defines every metric).
+# (python -m lab.shortcut_report; its --help defines every metric).
 #   bash scripts/reproduce_shortcuts.sh [OUT_DIR]            (default workdir/shortcuts)
 # Runs go two at a time, one core each (scripts/run_lanes.sh); logs in OUT_DIR/*.log; every
 # run resumes when rerun (a finished one is not redone). Extra args go to every RL run.

@@ -18,57 +18,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from carr_common.vocab import TOOL_KINDS, is_correct
-from carr_jax.rl import step_stats
 from carr_jax.runs import metrics as metrics_lib
-from judge.backends import named_by_answer
 
 
 def per_question_accuracy(breakdowns: Sequence[Any], num_questions: int) -> np.ndarray:
   """[Q*k] breakdowns in question-major order -> [Q] share of correct samples per question."""
   outcome = np.array([is_correct(b.outcome_reward) for b in breakdowns], np.float64)
   return outcome.reshape(num_questions, -1).mean(axis=1)
-
-
-def shortcut_subset_metrics(records: Sequence[dict], breakdowns: Sequence[Any],
-                            threshold: float, prefix: str = "eval/") -> dict:
-  """Shortcut rate on the questions that admit a shortcut (gold `shortcut` flag).
-
-  shortcut_rate: the share of correct answers there whose rubric reward (the cited evidence
-  the judge could connect) is below `threshold`: right, but without the evidence chain.
-  """
-  k = len(breakdowns) // max(len(records), 1)
-  flags = shortcut_flags(records)
-  chosen = [b for i, b in enumerate(breakdowns) if flags[i // k]] if k else []
-  rate = step_stats.judge_metrics(chosen, threshold, prefix)[f"{prefix}shortcut_rate"]
-  return {f"{prefix}shortcut_questions": float(sum(flags)),
-          f"{prefix}shortcut_admitting_rate": rate,
-          f"{prefix}shortcut_admitting_accuracy":
-              float(np.mean([is_correct(b.outcome_reward) for b in chosen])) if chosen else 0.0}
-
-
-def evidence_subset_metrics(records: Sequence[dict], breakdowns: Sequence[Any],
-                            prefix: str = "eval/") -> dict:
-  """Accuracy on the evidence-only questions: those with no shortcut (gold `shortcut` False),
-  which only the evidence answers ("reference" world: the relation's usual kind is wrong).
-
-  evidence_only_shortcut_answer: the share of their samples whose exact answer is the gold
-  `shortcut_answer` (the relation's usual kind; 0 where the gold has none), read as the gold
-  judge reads an answer. With accuracy it
-  tells reading from the shortcut: right answers there come from the page, never from the
-  relation, and a policy that ignored the page would score this instead.
-  """
-  k = len(breakdowns) // max(len(records), 1)
-  golds = [(r.get("metadata") or {}).get("gold", {}) for r in records]
-  chosen = [(b, golds[i // k]) for i, b in enumerate(breakdowns)
-            if k and not golds[i // k].get("shortcut")]
-  if not chosen:
-    return {f"{prefix}evidence_only_questions": 0.0}
-  usual = [named_by_answer(b.extracted_answer, [g["shortcut_answer"]]) is not None
-           if g.get("shortcut_answer") else False for b, g in chosen]
-  return {f"{prefix}evidence_only_questions": float(len(chosen) // k),
-          f"{prefix}evidence_only_accuracy":
-              float(np.mean([is_correct(b.outcome_reward) for b, _ in chosen])),
-          f"{prefix}evidence_only_shortcut_answer": float(np.mean(usual))}
 
 
 def change(start: np.ndarray, end: np.ndarray) -> dict:
@@ -80,19 +36,16 @@ def change(start: np.ndarray, end: np.ndarray) -> dict:
           "difference": float(np.mean(diff)), "standard_error": se, "n": n}
 
 
-def shortcut_flags(records: Sequence[dict]) -> list[bool]:
-  """[Q] each record's gold `shortcut` flag (False where it has none: evidence-only)."""
-  return [bool((r.get("metadata") or {}).get("gold", {}).get("shortcut")) for r in records]
-
-
 def save(workdir: str, step: int, accuracy: np.ndarray, samples: int, metrics: dict,
-         shortcut: Sequence[bool] = ()) -> None:
-  """workdir/eval/step_<step>.json: per-question accuracy [Q], the questions' gold shortcut
-  flags [Q] (the evidence-only split is where they are False) and the metrics."""
+         per_question: dict[str, Sequence] | None = None) -> None:
+  """workdir/eval/step_<step>.json: per-question accuracy [Q], the task source's per-question
+  lists [Q] (`per_question`, name -> list, saved as `per_question_<name>`; e.g. the CPU
+  laboratory's shortcut flags) and the metrics."""
   directory = os.path.join(workdir, "eval")
   os.makedirs(directory, exist_ok=True)
   row = {"step": step, "samples": samples, "per_question_accuracy": accuracy.tolist(),
-         "per_question_shortcut": list(shortcut), "metrics": metrics}
+         **{f"per_question_{k}": list(v) for k, v in (per_question or {}).items()},
+         "metrics": metrics}
   with open(os.path.join(directory, f"step_{step}.json"), "w", encoding="utf-8") as f:
     json.dump(row, f)
 
@@ -140,11 +93,11 @@ def _measure(metrics: dict, key: str) -> str:
   return f"{metrics[key]:.4f}"
 
 
-def subset_lines(first: dict, final: dict) -> list[str]:
-  """Start -> end of the held-out subsets' measures that both evaluations hold."""
-  names = (("eval/evidence_only_accuracy", "evidence-only accuracy"),
-           ("eval/evidence_only_shortcut_answer", "evidence-only answers naming the shortcut"),
-           ("eval/shortcut_admitting_rate", "shortcut rate"),
+def subset_lines(first: dict, final: dict, source_names: Sequence[tuple[str, str]] = ()
+                 ) -> list[str]:
+  """Start -> end of the held-out measures that both evaluations hold: the task source's
+  (`source_names`, (metric key, label) pairs), then the run's own."""
+  names = (*source_names,
            ("eval/answer_agrees_with_cited", "answers agreeing with the page they cite"),
            ("eval/tool_calls", "tool calls per episode"),
            *((f"eval/tool_calls_{k}", f"{k} calls per episode") for k in TOOL_KINDS))
@@ -153,9 +106,11 @@ def subset_lines(first: dict, final: dict) -> list[str]:
 
 
 def closing_summary(config: Any, workdir: str, steps_done: int, last: dict,
-                    first: dict | None = None) -> list[str]:
+                    first: dict | None = None,
+                    source_names: Sequence[tuple[str, str]] = ()) -> list[str]:
   """The lines a run ends with: what was trained, the key metrics of its first and last step
-  (`first`: this process's first step), where the outputs are, held-out accuracy (last)."""
+  (`first`: this process's first step), where the outputs are, held-out measures (the task
+  source's `source_names` among them) and accuracy (last)."""
   lines = [f"trained {config.model.preset} with reward.mode={config.reward.mode} for "
            f"{steps_done} steps on data.source={config.data.source}"]
   if first:
@@ -167,7 +122,7 @@ def closing_summary(config: Any, workdir: str, steps_done: int, last: dict,
     first_eval, final = evals[0], evals[-1]
     c = change(np.array(first_eval["per_question_accuracy"]),
                np.array(final["per_question_accuracy"]))
-    lines += subset_lines(first_eval["metrics"], final["metrics"])
+    lines += subset_lines(first_eval["metrics"], final["metrics"], source_names)
     lines.append(f"held-out avg@{final['samples']} accuracy: step {first_eval['step']} "
                  f"{c['start']:.4f} -> step {final['step']} {c['end']:.4f} "
                  f"(change {c['difference']:+.4f} +- {c['standard_error']:.4f} s.e.)")

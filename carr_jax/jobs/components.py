@@ -8,9 +8,9 @@ tests/repo/test_config_single_source.py).
 
 A builder reads its own section (engine and tokenizer: rollout; tool_backend: tools) and, where
 named here, other keys for a stated reason:
-  output_vocab   rollout.engine, rollout.tokenizer_dir, data.source, world.*:
-                 model.output_vocab="world" needs the in-process engine and the synthetic
-                 world, whose token ids it collects
+  output_vocab   rollout.engine, rollout.tokenizer_dir, data.source and the source's section:
+                 model.output_vocab="task" needs the in-process engine and an in-process task
+                 source, whose output ids it collects
   step_config    rollout.temperature: the loss divides logits by the sampling temperature
   engine         seed: the in-process sampler's PRNG seed
 Arguments, not keys, give the rest: the mesh and vocabulary size (packing_config), the model
@@ -46,13 +46,13 @@ def model_config(config: Any) -> Qwen3Config:
 
 
 def output_vocab(config: Any) -> RestrictedVocab | None:
-  """`model.output_vocab` -> the run's restricted output vocabulary (None = full): "world",
+  """`model.output_vocab` -> the run's restricted output vocabulary (None = full): "task",
   the token ids the in-process task source's tasks can need (its `output_ids`)."""
   vocab = config.model.output_vocab
   if vocab == "full":
     return None
-  if vocab != "world":
-    raise ValueError(f"model.output_vocab must be 'full' or 'world', got {vocab!r}")
+  if vocab != "task":
+    raise ValueError(f"model.output_vocab must be 'full' or 'task', got {vocab!r}")
   if config.rollout.engine != "jax":
     raise ValueError(f"model.output_vocab={vocab!r} needs rollout.engine='jax' (SGLang samples "
                      "from the full vocabulary)")
@@ -153,8 +153,8 @@ def tool_backend(config: Any, corpus: list[dict]):
   if t.backend == "corpus":
     from rollout.tools.corpus import CorpusBackend
     if not corpus:
-      raise ValueError("tools.backend='corpus' needs pages: set data.corpus_path (or use the "
-                       "synthetic world)")
+      raise ValueError("tools.backend='corpus' needs pages: set data.corpus_path (or use an "
+                       "in-process task source)")
     return CorpusBackend.from_records(corpus)
   if t.backend == "web":
     from rollout.tools.web import WebBackend, WebConfig

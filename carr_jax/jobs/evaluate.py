@@ -2,7 +2,7 @@
 
     python -m carr_jax.evaluate --config configs/cgrpo_qwen3_4b.py:tpu \\
         --data browsecomp.jsonl --checkpoint /ckpt/run/checkpoints --out /eval/bc --samples 1
-    python -m carr_jax.evaluate --config lab/configs/demo_cpu.py:sft --data world:eval \\
+    python -m carr_jax.evaluate --config lab/configs/demo_cpu.py:sft --data source:eval \\
         --checkpoint workdir/sft/checkpoints --out workdir/eval --config.rollout.temperature=0
     # sweeps (the paper evaluates at 64k and 128k):
     ... --context-budgets=65536,131072 --tool-budgets=50,100
@@ -13,8 +13,8 @@
 Data: a JSONL file of CaRR records (`input_messages`, `label`,
 `tools`, optional `metadata.remote_env_info.rubrics`), i.e. decrypted BrowseComp,
 BrowseComp-ZH, xbench-DeepSearch, GAIA text-only files (`carr_jax.evaluation.crypto`), or
-`world:eval` / `world:train` for a split of the in-process task source `data.source` names
-(the CPU laboratory's synthetic world). A record
+`source:eval` / `source:train` for a split of the in-process task source `data.source` names
+(e.g. the CPU laboratory's). A record
 without `id` gets `<file stem>-<line>`, so ids are stable across restarts. The model,
 rollout, tools and judge come from the config (`rollout.*` budgets and sampling, `tools.*`
 backend; `data.corpus_path` for an offline corpus); the policy's weights from `--checkpoint`
@@ -205,11 +205,11 @@ def policy_params(config: Any, cfg: Any, checkpoint: str) -> tuple[Any, str]:
 
 
 def eval_data(config: Any, spec: str) -> tuple[list[dict], list[dict]]:
-  """(records, corpus pages) for `--data` (a file, or world:eval / world:train)."""
-  if spec.startswith("world:"):
+  """(records, corpus pages) for `--data` (a file, or source:eval / source:train)."""
+  if spec.startswith("source:"):
     split = spec.split(":", 1)[1]
     if split not in ("eval", "train"):
-      raise EvalError(f"--data={spec!r}: use world:eval or world:train")
+      raise EvalError(f"--data={spec!r}: use source:eval or source:train")
     train, evals, corpus = data_lib.load_tasks(config)
     return (evals if split == "eval" else train), corpus
   corpus = data_lib.read_jsonl(config.data.corpus_path) if config.data.corpus_path else []
@@ -227,7 +227,7 @@ def _budgets(text: str, default: int) -> list[int]:
 class EvalOptions:
   """What to evaluate and where (the command's flags; `python -m carr_jax.evaluate --help`)."""
   out: str  # output directory; a rerun resumes
-  data: str  # eval JSONL of CaRR records, or world:eval / world:train
+  data: str  # eval JSONL of CaRR records, or source:eval / source:train
   checkpoint: str = ""  # orbax checkpoint root or step dir ("" = the config's policy)
   samples: int = 1  # samples per question
   questions_in_flight: int = 8

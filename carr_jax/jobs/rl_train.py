@@ -9,7 +9,8 @@ run while a step trains (`carr_jax.jobs.pipeline`: staleness bound, partial roll
 resume keeps); k = 0 is the paper's synchronous step. Every
 `train.eval_every` steps (and before the first step and after the last) an evaluation on
 held-out questions writes accuracy, rubric satisfaction, rendered trajectories (TEXT) and an
-evidence graph (IMAGES), and keeps per-question accuracy (`carr_jax.evaluation.heldout`).
+evidence graph (IMAGES), the task source's own measures (`tasks.source_evaluation`), and keeps
+per-question accuracy (`carr_jax.evaluation.heldout`).
 The run ends with a summary: what was trained, held-out accuracy at the start and the end,
 output paths.
 
@@ -216,14 +217,13 @@ class Trainer:
     records, k = self.eval_records[:n], self.config.train.eval_samples
     groups, breakdowns, _ = self.loop.run(self.collect(records, k))
     flat = [t for group in groups for t in group]
-    threshold = self.config.reward.shortcut_threshold
     accuracy = heldout.per_question_accuracy(breakdowns, n)
+    source_metrics, per_question = data_lib.source_evaluation(self.config, records, breakdowns)
     metrics = {**step_stats.rollout_metrics(flat, "eval/"),
-               **step_stats.judge_metrics(breakdowns, threshold, "eval/"),
-               **heldout.shortcut_subset_metrics(records, breakdowns, threshold),
-               **heldout.evidence_subset_metrics(records, breakdowns),
-               "eval/accuracy": float(np.mean(accuracy))}
-    heldout.save(self.workdir, step, accuracy, k, metrics, heldout.shortcut_flags(records))
+               **step_stats.judge_metrics(breakdowns, self.config.reward.shortcut_threshold,
+                                          "eval/"),
+               **source_metrics, "eval/accuracy": float(np.mean(accuracy))}
+    heldout.save(self.workdir, step, accuracy, k, metrics, per_question)
     for i in range(min(self.config.train.text_samples, len(flat))):
       self.log.writer.text(step, f"eval/trajectory_{i}",
                            step_stats.render_trajectory_markdown(flat[i], breakdowns[i]))
@@ -339,5 +339,6 @@ def train_and_evaluate(config, workdir: str) -> dict:
     trainer.close()
   if trainer.lead:
     print("\n".join(heldout.closing_summary(config, trainer.workdir, trainer.num_steps,
-                                           metrics, trainer.first_metrics)), flush=True)
+                                           metrics, trainer.first_metrics,
+                                           data_lib.source_summary_names(config))), flush=True)
   return metrics

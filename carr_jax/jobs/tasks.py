@@ -2,9 +2,10 @@
 
 `load_tasks(config)` returns (train records, eval records, corpus pages): CaRR-format jsonl
 files plus an offline corpus (`data.source="jsonl"`), or the tasks of the module `data.source`
-names (`task_source`; the CPU default, lab/tasks.py, builds the synthetic world of the `world`
-section). That module is the one seam between the jobs and the CPU laboratory: tasks, their
-output vocabulary and the scripted expert's SFT data all come through it, by name. Malformed
+names (`task_source`; the CPU laboratory's, lab/tasks.py, builds the synthetic world of its
+`world` section). That module is the one seam between the jobs and the CPU laboratory: tasks,
+their output vocabulary, the scripted expert's SFT data, the config section it owns and what it
+adds to held-out evaluations all come through it, by name. Malformed
 records are rejected with the file, line and field named. `TaskLoader` yields `prompts_per_step`
 records per step in a per-epoch seeded shuffle; its position is a small dict saved with every
 checkpoint, so a resumed run sees exactly the questions an uninterrupted run would have seen.
@@ -63,10 +64,12 @@ def load_records(path: str | Path) -> list[dict]:
 
 def task_source(data_cfg: Any):
   """The module named by `data.source` (any but "jsonl"), which makes tasks in-process: it
-  defines `tasks(config)` -> (train, eval, corpus records), `output_ids(config, fmt)` (the
-  sorted token ids its tasks can need) and `expert_trajectories(config, fmt)` (SFT episodes of
-  its scripted expert). The CPU laboratory's is lab/tasks.py; it is imported by name, so the
-  jobs never import the laboratory."""
+  defines `SECTION` and `config_section()` (the config section it owns, added by
+  configs/base.py use_task_source), `tasks(config)` -> (train, eval, corpus records),
+  `output_ids(config, fmt)` (the sorted token ids its tasks can need) and
+  `expert_trajectories(config, fmt)` (SFT episodes of its scripted expert), and optionally
+  `eval_metrics` and `SUMMARY_NAMES` (`source_evaluation`). The CPU laboratory's is
+  lab/tasks.py; it is imported by name, so the jobs never import the laboratory."""
   try:
     return importlib.import_module(data_cfg.source)
   except ModuleNotFoundError as e:
@@ -74,6 +77,24 @@ def task_source(data_cfg: Any):
       raise  # the source exists; a module it imports is missing
     raise DataError(f"data.source must be 'jsonl' or an importable task source module, got "
                     f"{data_cfg.source!r} ({e})") from e
+
+
+def source_evaluation(config: Any, records: Sequence[dict], breakdowns: Sequence[Any]
+                      ) -> tuple[dict, dict[str, list]]:
+  """What the task source adds to a held-out evaluation: its `eval_metrics(config, records,
+  breakdowns)` -> (metrics, per-question lists by name), where it defines one; else nothing."""
+  if config.data.source == "jsonl":
+    return {}, {}
+  hook = getattr(task_source(config.data), "eval_metrics", None)
+  return hook(config, records, breakdowns) if hook else ({}, {})
+
+
+def source_summary_names(config: Any) -> tuple[tuple[str, str], ...]:
+  """(metric key, label) of the task source's held-out measures in a run's closing summary
+  (its `SUMMARY_NAMES`; none for jsonl)."""
+  if config.data.source == "jsonl":
+    return ()
+  return tuple(getattr(task_source(config.data), "SUMMARY_NAMES", ()))
 
 
 def load_tasks(config: Any) -> tuple[list[dict], list[dict], list[dict]]:

@@ -12,8 +12,7 @@ cores); the policy learns well-formed tool calls but solves no question, so its 
 0. The main job, which learns, is lab/configs/lookup_cpu.py. Configs for real runs train on
 whole episodes (configs/cgrpo_qwen3_4b.py:tpu,sft).
 """
-from configs import base
-from lab.configs import sft_section
+from lab.configs import lab_config, sft_section
 
 
 def get_config(arg=None):
@@ -22,7 +21,7 @@ def get_config(arg=None):
     return sft_config()
   if arg is not None:
     raise ValueError(f"unknown variant {arg!r} of lab/configs/demo_cpu.py; known: sft")
-  c = base.get_config()
+  c = lab_config()
   c.model.preset = "tiny_dense"
   c.judge.backend = "gold"  # the synthetic world's own answers; no API key
   c.world.entities = 40
@@ -47,7 +46,7 @@ def get_config(arg=None):
 
 def sft_config():
   """The cold start (`:sft`)."""
-  c = base.get_config()
+  c = lab_config()
   c.sft = sft_section()
   c.model.preset = "tiny_dense"
   c.judge.backend = "gold"  # the synthetic world's own answers; no API key

@@ -12,14 +12,13 @@ search. `:sft` imitates an expert that knows every answer; `:sft_noisy` one that
 guesses the rest, so the policy reads the relation but hedges, and RL from the reward alone
 sharpens it. Results: docs/history/2026-11-25-earlier-worlds.md; tests/lab/test_learning_run.py.
 """
-from configs import base
-from lab.configs import sft_section
+from lab.configs import lab_config, sft_section
 
 
 def kinds_world(c) -> None:
   """The world and model every stage uses."""
   c.model.preset = "demo_dense"
-  c.model.output_vocab = "world"
+  c.model.output_vocab = "task"
   c.judge.backend = "gold"  # the synthetic world's own answers; no API key
   c.world.style = "kinds"
   c.world.entities = 400
@@ -39,7 +38,7 @@ def kinds_world(c) -> None:
 
 def get_config(arg=None):
   """`arg` "sft" / "sft_noisy": the two cold-start stages (see the module docstring)."""
-  c = base.get_config()
+  c = lab_config()
   kinds_world(c)
   if arg in ("sft", "sft_noisy"):
     c.sft = sft_section()

@@ -13,14 +13,13 @@ steps; `:stale` gives a quarter of each relation's training shortcut questions a
 the other kind, so the outcome reward pays reading no more than the shortcut. No variant: RL
 with held-out avg@2 every 25 steps. Results: docs/results.md.
 """
-from configs import base
-from lab.configs import sft_section
+from lab.configs import lab_config, sft_section
 
 
 def lookup_world(c) -> None:
   """The world and model every stage uses."""
   c.model.preset = "demo_dense"
-  c.model.output_vocab = "world"
+  c.model.output_vocab = "task"
   c.judge.backend = "gold"  # the synthetic world's own answers; no API key
   c.world.style = "reference"
   c.world.entities = 400
@@ -47,7 +46,7 @@ def lookup_world(c) -> None:
 def get_config(arg=None):
   """`arg` "sft": the cold start; "main": the main job's C-GRPO run; "stale": the comparison's
   RL, "main" on stale training pages; none: RL with held-out evaluation every 25 steps."""
-  c = base.get_config()
+  c = lab_config()
   lookup_world(c)
   if arg == "sft":
     c.sft = sft_section()

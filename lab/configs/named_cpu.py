@@ -13,14 +13,13 @@ the brief one. `:sft` imitates the scripted expert on whole episodes (~1,050 tok
 --out FILE`, then `--config.sft.data=FILE`). The cold start's first search never held the
 question's head name, so RL had zero rewards: docs/history/2026-11-25-earlier-worlds.md.
 """
-from configs import base
-from lab.configs import sft_section
+from lab.configs import lab_config, sft_section
 
 
 def demo_world(c) -> None:
   """The world and model every stage uses."""
   c.model.preset = "demo_dense"
-  c.model.output_vocab = "world"
+  c.model.output_vocab = "task"
   c.judge.backend = "gold"  # the synthetic world's own answers; no API key
   c.world.style = "named"
   c.world.entities = 120
@@ -46,7 +45,7 @@ def get_config(arg=None):
     return sft_config(arg)
   if arg is not None:
     raise ValueError(f"unknown variant {arg!r} of lab/configs/named_cpu.py; known: sft, copy")
-  c = base.get_config()
+  c = lab_config()
   demo_world(c)
   c.data.prompts_per_step = 4
   c.data.group_size = 8
@@ -66,7 +65,7 @@ def get_config(arg=None):
 
 def sft_config(arg: str):
   """The cold start (`:sft`), or its warm-up (`:copy`)."""
-  c = base.get_config()
+  c = lab_config()
   demo_world(c)
   c.sft = sft_section()
   c.sft.epochs = 20

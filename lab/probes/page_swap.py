@@ -30,7 +30,7 @@ import numpy as np
 
 from carr_common.vocab import is_correct
 from carr_jax import cli
-from carr_jax.evaluation.shortcuts import FOLLOW_FILE
+from lab.shortcuts import FOLLOW_FILE
 
 
 def follow_rates(rows: Sequence[dict], plain: Sequence[bool]) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def _probe(args: argparse.Namespace) -> None:
   config = swap_config(args.config)
   n = config.train.eval_questions
   swapped = data_lib.load_tasks(config)[1][:n]
-  run_evaluations(config, EvalOptions(out=args.out, data="world:eval",
+  run_evaluations(config, EvalOptions(out=args.out, data="source:eval",
                                       checkpoint=args.checkpoint, samples=args.samples,
                                       max_questions=n, questions_in_flight=n))
   rows = {}

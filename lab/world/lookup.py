@@ -24,7 +24,7 @@ page's URL. Each record has one rubric, about E0, the answer kind itself ("Whate
 studied at is of the kind <E0>."), whose evidence is the deciding sentence: supported only when
 the agent received that sentence from a page it cites (an opened page; a listing never shows
 it). A right answer without it earns outcome 1 and rubric reward 0, a shortcut by the definition
-of `carr_jax.evaluation.heldout` (right, evidence not connected). The record number ties the
+of `lab.metrics` (right, evidence not connected). The record number ties the
 sentence to its term without the term's words, so no other page holds it and no query for the
 term matches it.
 

@@ -1,6 +1,6 @@
 """Restricted output vocabularies: the token ids a policy may emit, and the batch check.
 
-`model.output_vocab="world"` (configs/base.py) is a small-scale speed technique for the CPU
+`model.output_vocab="task"` (configs/base.py) is a small-scale speed technique for the CPU
 demo. The tiny policy keeps the real Qwen3 tokenizer (151,936 ids), whose output projection
 and softmax then dominate the cost of training and sampling; with it, the output distribution
 covers only the few hundred ids the synthetic world can need (a

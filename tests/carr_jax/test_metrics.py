@@ -278,7 +278,7 @@ def test_closing_summary_names_both_ends_and_every_output_then_ends_on_heldout(t
   heldout.save(workdir, 0, np.array([0.0, 1.0]), 2, {})
   heldout.save(workdir, 4, np.array([1.0, 1.0]), 2, {})
   config = ml_collections.ConfigDict({"model": {"preset": "tiny_dense"},
-                                      "reward": {"mode": "paper"}, "data": {"source": "world"}})
+                                      "reward": {"mode": "paper"}, "data": {"source": "jsonl"}})
   lines = heldout.closing_summary(config, workdir, 4, {"rollout/reward_mean": 0.5},
                                   {"rollout/reward_mean": 0.25, "rollout/pass_at_group": 0.75})
   assert lines[1].startswith("first step: reward_mean 0.2500 | outcome nan | pass@G 0.7500")

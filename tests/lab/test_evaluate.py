@@ -111,7 +111,7 @@ def world():
 
 def run_eval(world, fmt, out, engine, cfg=RolloutConfig(), in_flight=2, records=None):
   records = records if records is not None else world.eval
-  store = ev.ResultStore(str(out), ev.run_settings(cfg, K, "world:eval", "scripted"))
+  store = ev.ResultStore(str(out), ev.run_settings(cfg, K, "source:eval", "scripted"))
   judge = Judge(JudgeConfig(backend="gold", use_cache=False))
   summary = asyncio.run(ev.evaluate_records(records, engine, fmt, world.corpus_backend(), judge,
                                             cfg, store, K, in_flight, progress=False))
@@ -164,7 +164,7 @@ def test_interrupted_evaluation_resumes_without_rejudging(world, fmt, tmp_path):
   cfg = RolloutConfig()
 
   async def interrupted():
-    store = ev.ResultStore(str(tmp_path), ev.run_settings(cfg, K, "world:eval", "scripted"))
+    store = ev.ResultStore(str(tmp_path), ev.run_settings(cfg, K, "source:eval", "scripted"))
     judge = Judge(JudgeConfig(backend="gold", use_cache=False))
     task = asyncio.create_task(ev.evaluate_records(
         records, engine, fmt, world.corpus_backend(), judge, cfg, store, K, 1, progress=False))
@@ -376,7 +376,7 @@ def test_a_checkpoint_cannot_be_given_to_an_sglang_evaluation(tmp_path):
   from lab.configs import demo_cpu
   config = demo_cpu.get_config()
   config.rollout.engine = "sglang"
-  opts = ev.EvalOptions(data="world:eval", checkpoint=str(tmp_path / "ckpt"),
+  opts = ev.EvalOptions(data="source:eval", checkpoint=str(tmp_path / "ckpt"),
                         out=str(tmp_path / "out"))
   with pytest.raises(ev.EvalError, match="launch it on the checkpoint's HF export"):
     ev.run_evaluations(config, opts)

@@ -17,8 +17,8 @@ import re
 
 import pytest
 
-from carr_jax.evaluation import heldout
 from judge import Judge, JudgeConfig
+from lab import metrics as lab_metrics
 from lab.world import build_world, lookup, named
 from lab.world import ontology as on
 from lab.world.expert import ExpertConfig, ExpertError, expert_trajectories
@@ -116,7 +116,7 @@ def test_expert_cites_or_shortcuts_and_the_judge_tells_them_apart(world):
       b = scores[2 * i + k]
       assert b.outcome_reward == 1.0
       assert b.rubric_reward == (1.0 if searched[k] else 0.0), b.rubric_reason
-  rate = heldout.shortcut_subset_metrics(records, scores, 0.5)
+  rate = lab_metrics.shortcut_subset_metrics(records, scores, 0.5)
   assert rate["eval/shortcut_admitting_rate"] == 0.5
   assert rate["eval/shortcut_questions"] == sum(_gold(r)["shortcut"] for r in records)
 

@@ -19,6 +19,7 @@ from carr_jax.evaluation import heldout
 from carr_jax.evaluation.evidence_plot import evidence_graph
 from judge import Judge, JudgeConfig
 from judge.breakdown import Breakdown
+from lab import metrics as lab_metrics
 from lab.world import build_world
 from lab.world.expert import ExpertConfig, expert_trajectories
 from rollout import chat
@@ -109,7 +110,7 @@ def test_shortcut_rate_counts_correct_answers_without_evidence():
   records = [{"metadata": {"gold": {"shortcut": True}}},
              {"metadata": {"gold": {"shortcut": False}}}]
   scores = [_breakdown(1, 0.2), _breakdown(1, 1.0), _breakdown(1, 0.0), _breakdown(1, 0.0)]
-  m = heldout.shortcut_subset_metrics(records, scores, threshold=0.5)
+  m = lab_metrics.shortcut_subset_metrics(records, scores, threshold=0.5)
   assert m["eval/shortcut_questions"] == 1.0
   assert m["eval/shortcut_admitting_rate"] == 0.5  # the second question's guesses not counted
   assert m["eval/shortcut_admitting_accuracy"] == 1.0

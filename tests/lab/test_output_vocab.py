@@ -276,9 +276,9 @@ def test_world_output_ids_cover_the_expert_and_are_small(fmt):
 
 
 def test_the_task_source_adds_the_ids_of_the_worlds_seeded_after_it(fmt):
-  from configs import base
   from lab import tasks as lab_tasks
-  c = base.get_config()
+  from lab.configs import lab_config
+  c = lab_config()
   c.world.entities, c.world.questions = 20, 4
   alone = set(lab_tasks.output_ids(c, fmt))
   c.world.output_vocab_worlds = 1
@@ -295,7 +295,7 @@ def test_components_build_world_ids_for_the_jax_engine_only():
   c = demo_cpu.get_config()
   c.rollout.tokenizer_dir = str(qwen3_tokenizer_dir())
   c.world.entities, c.world.questions = 20, 4
-  c.model.output_vocab = "world"
+  c.model.output_vocab = "task"
   cfg, vocab = components.model_config(c), components.output_vocab(c)
   assert cfg == get_preset(c.model.preset)  # the model is the same with either vocabulary
   assert 0 < len(vocab.ids) < cfg.vocab_size // 20

@@ -20,8 +20,8 @@ import re
 
 import pytest
 
-from carr_jax.evaluation import heldout
 from judge import Judge, JudgeConfig
+from lab import metrics as lab_metrics
 from lab.probes import kind_probe
 from lab.world import build_world, lookup, named
 from lab.world import ontology as on
@@ -118,7 +118,7 @@ def test_gold_judge_pays_the_page_not_the_shortcut(world):
     assert b.extracted_answer == _gold(r)["shortcut_answer"] != r["label"]
     assert (b.outcome_reward, b.rubric_reward) == (0.0, 0.0)
     assert b.entities.get("E0") is None  # identified from the exact answer only
-  m = heldout.evidence_subset_metrics(records, scores)
+  m = lab_metrics.evidence_subset_metrics(records, scores)
   assert m["eval/evidence_only_questions"] == len(records) // 2
   assert m["eval/evidence_only_accuracy"] == 0.5  # the searched sample of each
   assert m["eval/evidence_only_shortcut_answer"] == 0.5  # the tool-free one

@@ -288,7 +288,7 @@ def test_sft_then_evaluate_cli_tool_calls_well_formed(tmp_path):
             f"--config.rollout.tokenizer_dir={qwen3_tokenizer_dir()}"]
   subprocess.run([sys.executable, "-m", "carr_jax.sft", *common, f"--workdir={tmp_path}/sft"],
                  env=env, check=True, timeout=1500)
-  subprocess.run([sys.executable, "-m", "carr_jax.evaluate", *common, "--data=world:eval",
+  subprocess.run([sys.executable, "-m", "carr_jax.evaluate", *common, "--data=source:eval",
                   f"--checkpoint={tmp_path}/sft/checkpoints", f"--out={tmp_path}/eval",
                   "--config.rollout.temperature=0"], env=env, check=True, timeout=1500)
   summary = json.loads((tmp_path / "eval" / "summary.json").read_text())

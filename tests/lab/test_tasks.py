@@ -43,7 +43,8 @@ def test_eval_ids_default_to_the_line_number(tmp_path):
 
 
 def test_data_source_names_the_module_whose_tasks_load():
-  config = base.get_config()
+  from lab.configs import lab_config
+  config = lab_config()
   config.world.entities, config.world.questions = 20, 8
   from lab import tasks as lab_tasks
   assert tasks.task_source(config.data) is lab_tasks
@@ -52,6 +53,33 @@ def test_data_source_names_the_module_whose_tasks_load():
   with pytest.raises(tasks.DataError, match="data.source must be 'jsonl' or an importable task "
                      "source module, got 'lab.no_such_source'"):
     tasks.load_tasks(config)
+
+
+def test_the_task_source_brings_its_section_and_its_held_out_measures():
+  """use_task_source adds the section the source owns; a held-out evaluation gets the
+  source's measures and per-question lists (lab.metrics: the shortcut flags, the
+  evidence-only accuracy), and CaRR records (jsonl) get none."""
+  from judge.breakdown import Breakdown
+  from lab import metrics as lab_metrics
+  from lab.configs import lab_config, world_section
+  plain = base.get_config()
+  assert "world" not in plain and plain.data.source == "jsonl"
+  assert tasks.source_evaluation(plain, [], []) == ({}, {})
+  assert tasks.source_summary_names(plain) == ()
+  config = lab_config()
+  assert config.data.source == "lab.tasks" and config.world == world_section()
+  config.world.style, config.world.min_hops, config.world.max_hops = "reference", 1, 1
+  config.world.entities, config.world.questions = 60, 40
+  _, evals, _ = tasks.load_tasks(config)
+  flags = [r["metadata"]["gold"]["shortcut"] for r in evals]
+  assert True in flags and False in flags  # both subsets are held out
+  right = [Breakdown(outcome_reward=1.0, rubric_reward=0.0) for _ in evals]  # k = 1
+  metrics, per_question = tasks.source_evaluation(config, evals, right)
+  assert per_question == {"shortcut": flags}
+  assert metrics["eval/evidence_only_questions"] == flags.count(False)
+  assert metrics["eval/evidence_only_accuracy"] == 1.0
+  assert metrics["eval/shortcut_admitting_rate"] == 1.0  # right, with no evidence
+  assert tasks.source_summary_names(config) == lab_metrics.SUMMARY_NAMES
 
 
 def test_the_expert_takes_the_keys_a_section_has_and_defaults_for_the_rest():

@@ -19,7 +19,7 @@ from carr_jax import cli, train
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ENTRY_POINTS = ("carr_jax.train", "carr_jax.sft", "carr_jax.evaluate", "carr_jax.convert",
                 "carr_jax.aot", "carr_jax.eval_crypto", "judge.server", "judge.rubric_gen",
-                "judge.testing", "carr_jax.shortcut_report", "lab.expert")
+                "judge.testing", "lab.shortcut_report", "lab.expert")
 SCRIPTS = ("launch_sglang", "fetch_tokenizer", "generate_rubrics")
 LAB_TOOLS = ("lab.make_world", "lab.probes.kind_probe", "lab.probes.search_copy_eval",
              "lab.probes.page_swap", "lab.probes.listing_reveal")

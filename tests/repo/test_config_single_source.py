@@ -69,7 +69,7 @@ READ_ELSEWHERE = {
 
 
 def full_config():
-  c = base.get_config()
+  c = lab_configs.lab_config()
   c.sft = lab_configs.sft_section()
   return c
 
@@ -222,7 +222,7 @@ def test_every_world_key_builds_the_world():
       self.keys.add(key)
       return self.section[key]
 
-  world = base.get_config().world
+  world = lab_configs.world_section()
   reads = Reads(world)
   train, evals, corpus = lab_tasks.world_tasks(reads)
   assert reads.keys == set(world.keys()) - {"output_vocab_worlds"} and train and evals and corpus

@@ -132,13 +132,37 @@ def test_the_product_rooms_name_no_synthetic_world(room):
   assert mentions == []
 
 
-def test_the_product_names_a_lab_module_only_as_the_default_task_source(graph):
-  """No product module holds a lab module's name as a string (to import it by name) but
-  configs/base.py's default `data.source`, "lab.tasks"."""
+def test_the_product_names_a_lab_module_only_as_the_tiny_variants_task_source(graph):
+  """No product module holds a lab module's name as a string (to import it by name) but the
+  paper configs' `tiny` variant, whose data is the laboratory's task source, "lab.tasks"."""
   lab_modules = {m for m in graph if _room(m) == "lab"}
   named = {(str(path.relative_to(REPO)), node.value)
            for top in ("carr_common", "judge", "rollout", "carr_jax", "configs")
            for path in sorted((REPO / top).rglob("*.py"))
            for node in ast.walk(ast.parse(path.read_text()))
            if isinstance(node, ast.Constant) and node.value in lab_modules}
-  assert named == {("configs/base.py", "lab.tasks")}
+  assert named == {("configs/cgrpo_qwen3_4b.py", "lab.tasks")}
+
+
+def _string_constants(top: str):
+  """(file, string) of every string literal under `top` (docstrings included)."""
+  for path in sorted((REPO / top).rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        yield str(path.relative_to(REPO)), node.value
+
+
+def test_the_task_source_owns_its_config_section_and_its_evaluation_subsets():
+  """The laboratory's ideas live in lab/: configs/base.py has no `world` section and defaults
+  to CaRR records; no product value or spec is named after the world ("world", "world:...");
+  no product module computes evidence-only or gold-flag metrics (lab/metrics.py does, through
+  the task source's `eval_metrics` hook)."""
+  from configs import base
+  config = base.get_config()
+  assert "world" not in config and config.data.source == "jsonl"
+  world_values = [(f, v) for f, v in _string_constants("carr_jax")
+                  if v == "world" or v.startswith("world:")]
+  assert world_values == []
+  gold_reads = [(f, v) for f, v in _string_constants("carr_jax")
+                if v in ("gold", "shortcut", "shortcut_answer") or "evidence_only" in v]
+  assert gold_reads == []

@@ -1,6 +1,6 @@
-"""Entry point: `python -m carr_jax.shortcut_report OUT_DIR [--wall-s S]`; flags and `main()`.
+"""Entry point: `python -m lab.shortcut_report OUT_DIR [--wall-s S]`; flags and `main()`.
 
-The report (summary.json, table.md, shortcuts.png) is `carr_jax.evaluation.shortcuts`,
+The report (summary.json, table.md, shortcuts.png) is `lab.shortcuts`,
 whose docstring documents this command.
 """
 from __future__ import annotations
@@ -10,12 +10,12 @@ import os
 import sys
 
 from carr_jax import cli
-from carr_jax.evaluation import shortcuts as lib
-from carr_jax.evaluation.shortcuts import table, write_report
+from lab import shortcuts as lib
+from lab.shortcuts import table, write_report
 
 
 def parser() -> argparse.ArgumentParser:
-  p = cli.parser("python -m carr_jax.shortcut_report", lib.__doc__.split("\n")[0])
+  p = cli.parser("python -m lab.shortcut_report", lib.__doc__.split("\n")[0])
   p.add_argument("out_dir", nargs="?", help="directory holding the <method>_seed<k>/ runs")
   p.add_argument("--from", dest="summary", default=None,
                  help="print the table of this summary.json instead (docs/data/<table>.json)")

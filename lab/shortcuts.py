@@ -1,7 +1,7 @@
 """The method comparisons' report: summary.json, a table and a plot from the run dirs.
 
-    python -m carr_jax.shortcut_report OUT_DIR [--wall-s S] [--methods grpo,cgrpo,...]
-    python -m carr_jax.shortcut_report --from docs/data/<table>.json [--plot PATH]
+    python -m lab.shortcut_report OUT_DIR [--wall-s S] [--methods grpo,cgrpo,...]
+    python -m lab.shortcut_report --from docs/data/<table>.json [--plot PATH]
 
 reads OUT_DIR/<method>_w<world>_seed<k>/ (or <method>_seed<k>/: world 0; each a
 `carr_jax.train` workdir: TensorBoard events in tb/, held-out evaluations in

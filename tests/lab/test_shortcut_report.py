@@ -1,4 +1,4 @@
-"""carr_jax.evaluation.shortcuts: the comparison's summary.json, table and plot from real run files.
+"""lab.shortcuts: the comparison's summary.json, table and plot from real run files.
 
 The run directories are written with the trainer's own writers (`metrics.MetricsWriter` for
 TensorBoard scalars, `heldout.save` for held-out evaluations), so the report reads exactly
@@ -14,9 +14,9 @@ import os
 import numpy as np
 import pytest
 
-from carr_jax import shortcut_report as report_cli
+from lab import shortcut_report as report_cli
 from carr_jax.evaluation import heldout
-from carr_jax.evaluation import shortcuts as shortcut_report
+from lab import shortcuts as shortcut_report
 from carr_jax.runs import metrics
 
 
@@ -169,7 +169,7 @@ def _evaluated(workdir, last, shortcut, follow=None):
   _run(workdir, [1.0, 1.0], 0.5, 0.5)
   heldout.save(workdir, 3, np.array(last), 4,
                {"eval/accuracy": float(np.mean(last)), "eval/shortcut_admitting_rate": 0.0,
-                "eval/cited_pages": 1.0, "eval/tool_calls_open": 0.75}, shortcut)
+                "eval/cited_pages": 1.0, "eval/tool_calls_open": 0.75}, {"shortcut": shortcut})
   if follow is not None:
     os.makedirs(os.path.join(workdir, "page_swap"))
     with open(os.path.join(workdir, "page_swap", shortcut_report.FOLLOW_FILE), "w") as f:
