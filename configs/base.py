@@ -21,6 +21,8 @@ from carr_jax.rl.loss import LossConfig
 from carr_jax.rl.packing import PackingConfig
 from carr_jax.rl.rewards import RewardConfig
 from carr_jax.rl.train_step import OptimConfig, StepConfig
+from carr_jax.jobs.components import EngineConfig
+from carr_jax.jobs.pipeline import PipelineConfig
 from carr_jax.jobs.tasks import task_source
 from judge.config import JudgeConfig
 from rollout.agent import RolloutConfig
@@ -67,19 +69,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.epochs = 3  # passes over the training questions (paper: 3); bounds num_steps
 
   c.rollout = ml_collections.ConfigDict()
-  c.rollout.engine = "jax"  # "jax" (in-process sampler) | "sglang" (HTTP server(s))
-  c.rollout.sglang_urls = ""  # comma-separated SGLang base URLs (engine=sglang)
-  c.rollout.sglang_idle_timeout = 120.0  # s a weight sync waits for idle to flush the old cache
-  c.rollout.sync_dir = ""  # HF exports for SGLang, latest kept ("" = workdir/sync)
-  c.rollout.tokenizer_dir = ""  # Qwen3 tokenizer dir ("" = carr_jax.fetch_tokenizer's cache)
   # rollout/agent.py: temperature, top_p, top_k, max_turn_tokens, max_context_tokens,
-  # max_tool_calls, stop_on_ill_formed, concurrency, tool_timeout_s, system_prompt
-  add_fields(c.rollout, RolloutConfig)
-  c.rollout.max_batch = 64  # in-process engine: requests generated together
-  c.rollout.dump_trajectories = True  # workdir/trajectories/step_N.jsonl, N as the step
-  c.rollout.max_staleness = 0  # collections run up to k steps ahead of training (0: the
-  # paper's synchronous step; carr_jax/jobs/pipeline.py). k >= 1 needs a correction for stale
-  # tokens; the measured one is loss.old_logprobs="rollout" with importance_sampling="none"
+  # max_tool_calls, stop_on_ill_formed, concurrency, tool_timeout_s, system_prompt;
+  # carr_jax/jobs/components.py (EngineConfig): engine, sglang_urls, sglang_idle_timeout,
+  # sync_dir, tokenizer_dir, max_batch; carr_jax/jobs/pipeline.py (PipelineConfig):
+  # max_staleness, dump_trajectories
+  add_fields(c.rollout, RolloutConfig, EngineConfig, PipelineConfig)
 
   c.tools = ml_collections.ConfigDict()
   c.tools.backend = "corpus"  # "corpus" (offline BM25) | "web" (search + reader APIs)
@@ -105,11 +100,8 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.loss = ml_collections.ConfigDict()
   # carr_jax/rl/loss.py: eps_low, eps_high, log_ratio_clamp, importance_sampling, is_low,
-  # is_high, kl_coef, kl_estimator
+  # is_high, kl_coef, kl_estimator, old_logprobs
   add_fields(c.loss, LossConfig)
-  # the ratio's denominator: "trainer" (the policy's own log-probs before the step's one
-  # update, taken from the step's forward: the ratio is 1) | "rollout" (the engine's)
-  c.loss.old_logprobs = "trainer"
 
   c.optim = ml_collections.ConfigDict()
   # carr_jax/rl/train_step.py: learning_rate, warmup_steps, decay_from, decay_steps, b1, b2,
@@ -119,9 +111,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.batch = ml_collections.ConfigDict()
   # carr_jax/rl/train_step.py, carr_jax/coldstart/step.py, carr_jax/rl/packing.py:
   # micro_batches, logprob_chunk, row_lengths, coarse_rows, overflow, pad_id, prefix_multiple
+  # (the skipped fields carr_jax.jobs.components computes from other keys)
   add_fields(c.batch, StepConfig, SFTStepConfig, PackingConfig,
              skip=("temperature", "loss_positions", "on_policy", "shared_prefix", "vocab",
-                   "row_multiple", "vocab_size"))  # computed by carr_jax.jobs.components from other keys
+                   "row_multiple", "vocab_size"))
   # Logits only at the slots with loss (generated tokens), gathered per row into a [R, K]
   # index with K a multiple of this (coarsely bucketed: few compiled shapes); 0 = logits at
   # every slot (RL only; SFT always gathers). carr_jax.rl.packing.loss_positions.

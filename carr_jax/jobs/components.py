@@ -8,17 +8,21 @@ tests/repo/test_config_single_source.py).
 
 A builder reads its own section (engine and tokenizer: rollout; tool_backend: tools) and, where
 named here, other keys for a stated reason:
-  output_vocab   rollout.engine, rollout.tokenizer_dir, data.source and the source's section:
-                 model.output_vocab="task" needs the in-process engine and an in-process task
-                 source, whose output ids it collects
-  step_config    rollout.temperature: the loss divides logits by the sampling temperature
-  engine         seed: the in-process sampler's PRNG seed
+  output_vocab     rollout.engine, rollout.tokenizer_dir, data.source and the source's
+                   section: model.output_vocab="task" needs the in-process engine and an
+                   in-process task source, whose output ids it collects
+  step_config      rollout.temperature: the loss divides logits by the sampling temperature;
+                   loss.old_logprobs: "trainer" is the on-policy step
+  pipeline_config  loss.*: rollouts ahead of training need a correction for stale tokens
+  engine           seed: the in-process sampler's PRNG seed; rollout.concurrency, .max_context_
+                   tokens: what an engine must serve; batch.prefix_multiple: the shared prefix
 Arguments, not keys, give the rest: the mesh and vocabulary size (packing_config), the model
 (engine), the restricted output vocabulary (step configs, engine: `output_vocab` builds it
 once per run) and the run directory (judge_config).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -28,7 +32,33 @@ from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.rl import loss as loss_lib
 from carr_jax.rl import packing
 from carr_jax.rl import rewards
+from carr_jax.jobs.pipeline import PipelineConfig
 from carr_jax.rl import train_step as ts
+
+ENGINES = ("jax", "sglang")
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+  """The rollout engine and what runs beside it (the `rollout` section)."""
+  engine: str = "jax"  # "jax" (in-process sampler) | "sglang" (HTTP server(s))
+  sglang_urls: str = ""  # comma-separated SGLang base URLs (engine=sglang)
+  sglang_idle_timeout: float = 120.0  # s a weight sync waits for idle to flush the old cache
+  sync_dir: str = ""  # HF exports for SGLang, latest kept ("" = workdir/sync)
+  tokenizer_dir: str = ""  # Qwen3 tokenizer dir ("" = carr_jax.fetch_tokenizer's cache)
+  max_batch: int = 64  # in-process engine: requests generated together
+
+  def __post_init__(self):
+    if self.engine not in ENGINES:
+      raise ValueError(f"rollout.engine must be one of {ENGINES}, got {self.engine!r}")
+    if self.engine == "sglang" and not self.urls:
+      raise ValueError("rollout.sglang_urls is required with rollout.engine='sglang'")
+    if self.max_batch < 1:
+      raise ValueError(f"rollout.max_batch must be >= 1, got {self.max_batch}")
+
+  @property
+  def urls(self) -> list[str]:
+    return [u.strip() for u in self.sglang_urls.split(",") if u.strip()]
 
 def model_config(config: Any) -> Qwen3Config:
   """The architecture of `model.preset`, or of the HF directory `model.hf_path` when set."""
@@ -53,7 +83,7 @@ def output_vocab(config: Any) -> RestrictedVocab | None:
     return None
   if vocab != "task":
     raise ValueError(f"model.output_vocab must be 'full' or 'task', got {vocab!r}")
-  if config.rollout.engine != "jax":
+  if engine_config(config).engine != "jax":
     raise ValueError(f"model.output_vocab={vocab!r} needs rollout.engine='jax' (SGLang samples "
                      "from the full vocabulary)")
   if config.data.source == "jsonl":
@@ -69,13 +99,22 @@ def optim_config(config: Any) -> ts.OptimConfig:
 
 
 def loss_config(config: Any) -> loss_lib.LossConfig:
-  lc = config.loss
-  if lc.old_logprobs not in ("trainer", "rollout"):
-    raise ValueError(f"loss.old_logprobs must be 'trainer' or 'rollout', got {lc.old_logprobs!r}")
-  if lc.old_logprobs == "rollout" and lc.importance_sampling != "none":
-    raise ValueError("loss.importance_sampling compares trainer and rollout log-probs; it "
-                     "needs loss.old_logprobs='trainer'")
-  return from_section(loss_lib.LossConfig, lc)
+  return from_section(loss_lib.LossConfig, config.loss)
+
+
+def pipeline_config(config: Any) -> PipelineConfig:
+  """k = `rollout.max_staleness` >= 1 trains on tokens an older policy sampled: it needs a
+  correction for them, the clipped ratio against the sampler's log-probs
+  (`loss.old_logprobs="rollout"`) or "trainer" with `importance_sampling="icepop"`."""
+  pipe, loss = from_section(PipelineConfig, config.rollout), loss_config(config)
+  if pipe.max_staleness and loss.old_logprobs == "trainer" and loss.importance_sampling == "none":
+    raise ValueError("rollout.max_staleness >= 1 trains on tokens an older policy sampled: set "
+                     "loss.old_logprobs='rollout' (or loss.importance_sampling='icepop')")
+  return pipe
+
+
+def engine_config(config: Any) -> EngineConfig:
+  return from_section(EngineConfig, config.rollout)
 
 
 def step_config(config: Any, vocab: RestrictedVocab | None = None) -> ts.StepConfig:
@@ -83,7 +122,7 @@ def step_config(config: Any, vocab: RestrictedVocab | None = None) -> ts.StepCon
       ts.StepConfig, config.batch,
       temperature=config.rollout.temperature or 1.0,  # greedy sampling (0) is read as 1
       loss_positions=config.batch.loss_positions_multiple > 0,
-      on_policy=config.loss.old_logprobs == "trainer",
+      on_policy=loss_config(config).old_logprobs == "trainer",
       shared_prefix=config.batch.prefix_multiple > 0, vocab=vocab)
 
 
@@ -115,7 +154,7 @@ def tokenizer(config: Any):
   from transformers import AutoTokenizer
 
   from carr_jax.model.tokenizer import ensure_tokenizer
-  directory = config.rollout.tokenizer_dir or str(ensure_tokenizer())
+  directory = engine_config(config).tokenizer_dir or str(ensure_tokenizer())
   return AutoTokenizer.from_pretrained(directory)
 
 
@@ -128,24 +167,19 @@ def engine(config: Any, params: Any, cfg: Qwen3Config, weight_version: str,
            vocab: RestrictedVocab | None = None):
   """The rollout engine: in-process JAX sampler (over `vocab`'s ids when given), or SGLang
   server(s) over HTTP."""
-  r = config.rollout
-  if r.engine == "jax":
+  e, r = engine_config(config), config.rollout
+  if e.engine == "jax":
     from carr_jax.model.engine import JaxEngine
-    return JaxEngine(params, cfg, weight_version=weight_version, max_batch=r.max_batch,
+    return JaxEngine(params, cfg, weight_version=weight_version, max_batch=e.max_batch,
                      seed=config.seed, max_total_len=r.max_context_tokens, vocab=vocab,
                      prefix_multiple=config.batch.prefix_multiple)
-  if r.engine == "sglang":
-    if vocab is not None:
-      raise ValueError("model.output_vocab must be 'full' with rollout.engine='sglang'")
-    if not r.sglang_urls:
-      raise ValueError("rollout.sglang_urls is required with rollout.engine='sglang'")
-    from rollout.engines.sglang import SGLangEngine
-    # An episode has at most one request in flight: the engine must not cap episodes below
-    # rollout.concurrency.
-    return SGLangEngine([u.strip() for u in r.sglang_urls.split(",") if u.strip()],
-                        vocab_size=cfg.vocab_size, max_concurrency=r.concurrency,
-                        idle_timeout=r.sglang_idle_timeout)
-  raise ValueError(f"rollout.engine must be 'jax' or 'sglang', got {r.engine!r}")
+  if vocab is not None:
+    raise ValueError("model.output_vocab must be 'full' with rollout.engine='sglang'")
+  from rollout.engines.sglang import SGLangEngine
+  # An episode has at most one request in flight: the engine must not cap episodes below
+  # rollout.concurrency.
+  return SGLangEngine(e.urls, vocab_size=cfg.vocab_size, max_concurrency=r.concurrency,
+                      idle_timeout=e.sglang_idle_timeout)
 
 
 def tool_backend(config: Any, corpus: list[dict]):

@@ -242,7 +242,8 @@ def run_evaluations(config: Any, opts: EvalOptions) -> list[dict]:
   from carr_jax.jobs import components
   from carr_jax.evaluation.report import write_sweep
   from rollout.chat import ChatFormat
-  if config.rollout.engine == "sglang" and opts.checkpoint:
+  served = components.engine_config(config).engine == "sglang"  # by a server, not in-process
+  if served and opts.checkpoint:
     raise EvalError("--checkpoint with rollout.engine=sglang: the server samples from the "
                     "weights it was launched with; launch it on the checkpoint's HF export "
                     "(checkpoint.hf_export_every) and drop --checkpoint")
@@ -253,7 +254,7 @@ def run_evaluations(config: Any, opts: EvalOptions) -> list[dict]:
   tools = _budgets(opts.tool_budgets, config.rollout.max_tool_calls)
   config.rollout.max_context_tokens = max(contexts)  # the engine must fit the largest budget
   cfg, vocab = components.model_config(config), components.output_vocab(config)
-  params, policy = (None, "sglang") if config.rollout.engine == "sglang" else policy_params(
+  params, policy = (None, "sglang") if served else policy_params(
       config, cfg, opts.checkpoint)
   fmt = ChatFormat(components.tokenizer(config))
   backend = components.tool_backend(config, corpus)

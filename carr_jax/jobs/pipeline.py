@@ -42,12 +42,28 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+  """How collections feed the trainer (the `rollout` section; carr_jax.jobs.components
+  pipeline_config checks them against the loss)."""
+  max_staleness: int = 0  # collections run up to k steps ahead of training (0: the paper's
+  # synchronous step). k >= 1 needs a correction for stale tokens; the measured one is
+  # loss.old_logprobs="rollout" with importance_sampling="none"
+  dump_trajectories: bool = True  # workdir/trajectories/step_N.jsonl, N as the step
+
+  def __post_init__(self):
+    if not isinstance(self.max_staleness, int) or self.max_staleness < 0:
+      raise ValueError(f"rollout.max_staleness must be an integer >= 0, got "
+                       f"{self.max_staleness!r}")
 
 
 class LoopThread:
@@ -115,7 +131,7 @@ class Pipeline:
 
   `submit(records, step)` starts a collection and returns a concurrent.futures.Future of its
   result (called on the lead process only; other processes only draw, so every process's
-  loader position agrees). `max_staleness` comes checked (rl_train.check_staleness_config).
+  loader position agrees). `max_staleness` comes checked (components.pipeline_config).
   """
 
   def __init__(self, loader: Any, submit: Callable[[list, int], concurrent.futures.Future],

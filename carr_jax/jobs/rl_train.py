@@ -91,8 +91,10 @@ class Trainer:
                                       config.data.epochs)
     self.num_steps = min(config.train.num_steps, self.loader.total_steps)
     self.lead = jax.process_index() == 0  # drives rollouts, judging, metrics and exports
-    self.max_staleness = check_staleness_config(config)
-    if jax.process_count() > 1 and config.rollout.engine == "jax":
+    self.pipe_cfg, self.engine_cfg = components.pipeline_config(config), \
+        components.engine_config(config)
+    self.max_staleness = self.pipe_cfg.max_staleness
+    if jax.process_count() > 1 and self.engine_cfg.engine == "jax":
       raise ValueError("rollout.engine='jax' is single-host; use SGLang servers on a pod")
     run = run_setup.setup_run(config, self.workdir)
     self.mesh, self.cfg, self.tx, self.pack_cfg = run.mesh, run.cfg, run.tx, run.pack_cfg
@@ -116,8 +118,8 @@ class Trainer:
     self.engine = components.engine(config, self.served(self.state.params), self.cfg,
                                      weight_version=str(self.start_step), vocab=run.vocab)
     self.weight_sync = weight_sync(
-        config.rollout.engine, self.engine, export=self.export_hf, lead=self.lead,
-        export_dir=config.rollout.sync_dir or os.path.join(self.workdir, "sync"))
+        self.engine_cfg.engine, self.engine, export=self.export_hf, lead=self.lead,
+        export_dir=self.engine_cfg.sync_dir or os.path.join(self.workdir, "sync"))
     self.log = run_setup.RunLog(config, self.workdir, run.checkpointer, self.start_step,
                                 self.num_steps)
     self.loop = pipeline.LoopThread()  # rollouts, judge and syncs; its own thread
@@ -126,7 +128,7 @@ class Trainer:
   def served(self, params):
     """The params the in-process engine samples with: a copy while its rollouts overlap the
     train step, which donates (frees) the state's buffers. SGLang loads an export."""
-    overlap = self.max_staleness and self.config.rollout.engine == "jax"
+    overlap = self.max_staleness and self.engine_cfg.engine == "jax"
     return jax.tree.map(jax.numpy.copy, params) if overlap else params
 
   def export_hf(self, params, path: str) -> None:
@@ -234,7 +236,7 @@ class Trainer:
     return metrics
 
   def dump(self, step: int, groups, breakdowns) -> None:
-    if not self.config.rollout.dump_trajectories or jax.process_index() != 0:
+    if not self.pipe_cfg.dump_trajectories or jax.process_index() != 0:
       return
     directory = os.path.join(self.workdir, "trajectories")
     os.makedirs(directory, exist_ok=True)
@@ -315,19 +317,6 @@ class Trainer:
   async def _aclose(self) -> None:
     await self.engine.close()
     await self.judge.aclose()
-
-
-def check_staleness_config(config) -> int:
-  """`rollout.max_staleness`, checked: k >= 1 needs a correction for the stale tokens: the
-  clipped ratio against the sampler's log-probs (`loss.old_logprobs="rollout"`), or "trainer"
-  with `importance_sampling="icepop"`."""
-  k = config.rollout.max_staleness
-  if not isinstance(k, int) or k < 0:
-    raise ValueError(f"rollout.max_staleness must be an integer >= 0, got {k!r}")
-  if k and config.loss.old_logprobs == "trainer" and config.loss.importance_sampling == "none":
-    raise ValueError("rollout.max_staleness >= 1 trains on tokens an older policy sampled: set "
-                     "loss.old_logprobs='rollout' (or loss.importance_sampling='icepop')")
-  return k
 
 
 def train_and_evaluate(config, workdir: str) -> dict:

@@ -48,6 +48,7 @@ from carr_jax.model.qwen3 import project
 
 IS_MODES = ("none", "icepop")
 KL_ESTIMATORS = ("k1", "k3")
+OLD_LOGPROBS = ("trainer", "rollout")
 
 
 def chunked_token_logprobs(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
@@ -105,8 +106,17 @@ class LossConfig:
   is_high: float = 2.0
   kl_coef: float = 0.0  # weight of the KL(pi || pi_ref) penalty (paper: 0)
   kl_estimator: str = "k3"  # "k1" | "k3"
+  # the ratio's denominator: "trainer" (the policy's own log-probs before the step's one
+  # update, taken from the step's forward: the ratio is 1) | "rollout" (the engine's)
+  old_logprobs: str = "trainer"
 
   def __post_init__(self):
+    if self.old_logprobs not in OLD_LOGPROBS:
+      raise ValueError(f"LossConfig.old_logprobs must be one of {OLD_LOGPROBS}, "
+                       f"got {self.old_logprobs!r}")
+    if self.old_logprobs == "rollout" and self.importance_sampling != "none":
+      raise ValueError("LossConfig.importance_sampling compares trainer and rollout log-probs; "
+                       "it needs old_logprobs='trainer'")
     if self.importance_sampling not in IS_MODES:
       raise ValueError(f"LossConfig.importance_sampling must be one of {IS_MODES}, "
                        f"got {self.importance_sampling!r}")

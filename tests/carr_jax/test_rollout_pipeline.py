@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 from carr_common.in_flight import InFlight
-from carr_jax.jobs import pipeline
-from carr_jax.jobs.rl_train import check_staleness_config
+from carr_jax.jobs import components, pipeline
 from carr_jax.jobs.tasks import TaskLoader
 from carr_jax.runs.metrics import MetricsWriter
 from configs import base
@@ -175,15 +174,20 @@ def test_off_the_lead_questions_are_drawn_but_nothing_collected():
 
 def test_staleness_config_is_checked():
   config = base.get_config()
-  assert check_staleness_config(config) == 0
+  assert components.pipeline_config(config).max_staleness == 0
   config.rollout.max_staleness = 1
   with pytest.raises(ValueError, match="icepop"):
-    check_staleness_config(config)  # no importance correction for stale tokens
+    components.pipeline_config(config)  # no importance correction for stale tokens
   config.loss.importance_sampling = "icepop"
-  assert check_staleness_config(config) == 1
-  config.rollout.max_staleness = -1
+  assert components.pipeline_config(config).max_staleness == 1
+  config.loss.old_logprobs, config.loss.importance_sampling = "rollout", "none"
+  assert components.pipeline_config(config).max_staleness == 1  # the clipped ratio corrects
+  config.loss.importance_sampling = "icepop"
+  with pytest.raises(ValueError, match="old_logprobs='trainer'"):
+    components.loss_config(config)  # icepop compares the trainer's with the rollout's
+  config.loss.importance_sampling, config.rollout.max_staleness = "none", -1
   with pytest.raises(ValueError, match=">= 0"):
-    check_staleness_config(config)
+    components.pipeline_config(config)
 
 
 def test_staleness_histogram_reaches_tensorboard(tmp_path):

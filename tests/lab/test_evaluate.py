@@ -375,7 +375,7 @@ def test_a_checkpoint_cannot_be_given_to_an_sglang_evaluation(tmp_path):
   silently ignored, so it is an error (before any work)."""
   from lab.configs import demo_cpu
   config = demo_cpu.get_config()
-  config.rollout.engine = "sglang"
+  config.rollout.engine, config.rollout.sglang_urls = "sglang", "http://127.0.0.1:9"
   opts = ev.EvalOptions(data="source:eval", checkpoint=str(tmp_path / "ckpt"),
                         out=str(tmp_path / "out"))
   with pytest.raises(ev.EvalError, match="launch it on the checkpoint's HF export"):

@@ -303,7 +303,7 @@ def test_components_build_world_ids_for_the_jax_engine_only():
   assert components.step_config(c, vocab).vocab == vocab
   assert components.sft_step_config(c, vocab).vocab == vocab
   assert components.engine(c, None, cfg, "0", vocab).vocab == vocab
-  c.rollout.engine = "sglang"
+  c.rollout.engine, c.rollout.sglang_urls = "sglang", "http://127.0.0.1:9"
   with pytest.raises(ValueError, match="model.output_vocab"):
     components.output_vocab(c)
   with pytest.raises(ValueError, match="model.output_vocab"):

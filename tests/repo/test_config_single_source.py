@@ -20,6 +20,7 @@ from carr_common.sections import from_section
 from carr_jax import cli
 from carr_jax.coldstart.step import SFTStepConfig
 from carr_jax.jobs import components
+from carr_jax.jobs.pipeline import PipelineConfig
 from carr_jax.model.config import Qwen3Config
 from carr_jax.rl import loss, packing, rewards
 from carr_jax.rl import train_step as ts
@@ -45,6 +46,8 @@ BUILT = [
     (packing.PackingConfig, "batch", {}, {"row_multiple", "vocab_size"}),
     (ExpertConfig, "sft", expert.SFT_KEYS, set()),
     (RolloutConfig, "rollout", {}, set()),
+    (components.EngineConfig, "rollout", {}, set()),
+    (PipelineConfig, "rollout", {}, set()),
     (WebConfig, "tools", {}, set()),
     (JudgeConfig, "judge", {}, {"cache_path"}),
 ]
@@ -53,14 +56,8 @@ BUILT = [
 READ_ELSEWHERE = {
     "model.preset": "components.model_config", "model.hf_path": "components.model_config",
     "model.output_vocab": "components.output_vocab",
-    "loss.old_logprobs": "components.step_config (StepConfig.on_policy), carr_jax.jobs.rl_train",
     "batch.loss_positions_multiple": "components.step_config, the RL and SFT jobs",
     "reward.shortcut_threshold": "carr_jax.jobs.rl_train (shortcut metrics)",
-    "rollout.engine": "components.engine", "rollout.sglang_urls": "components.engine",
-    "rollout.sglang_idle_timeout": "components.engine", "rollout.max_batch": "components.engine",
-    "rollout.tokenizer_dir": "components.tokenizer", "rollout.sync_dir": "carr_jax.jobs.rl_train",
-    "rollout.dump_trajectories": "carr_jax.jobs.rl_train",
-    "rollout.max_staleness": "carr_jax.jobs.rl_train (check_staleness_config)",
     "tools.backend": "components.tool_backend", "judge.cache_path": "components.judge_config",
     **{f"sft.{k}": "carr_jax.jobs.sft_train" for k in (
         "data", "epochs", "batch_size", "num_steps", "min_outcome", "default_tools")},
