@@ -17,7 +17,7 @@ from typing import Any
 from carr_common.sections import from_section
 from lab import metrics
 from lab.configs import sft_section, world_section
-from lab.world import build_world, expert
+from lab.world import build_world, expert, styles
 from lab.world.output_vocab import world_output_ids
 from rollout.tools.corpus import CorpusBackend
 
@@ -32,15 +32,23 @@ def eval_metrics(config: Any, records, breakdowns) -> tuple[dict, dict]:
   return metrics.eval_metrics(records, breakdowns, config.reward.shortcut_threshold)
 
 
+WORLD_KEYS = ("eval_fraction", "locality", "distractors", "short_names", "prompt", "mark_names")
+
+
+def style_settings(world_cfg: Any) -> dict:
+  """The style keys `build_world` gets: those `world.style` reads, and any other set away from
+  its default (which the style then refuses, lab/world/styles.py make_style)."""
+  defaults, style = world_section(), styles.STYLES.get(world_cfg.style)
+  reads = styles.style_keys(style) if style else ()
+  return {k: getattr(world_cfg, k) for k in styles.KEYS
+          if k in reads or getattr(world_cfg, k) != defaults[k]}
+
+
 def world_tasks(world_cfg: Any) -> tuple[list[dict], list[dict], list[dict]]:
   """(train records, eval records, corpus page records) of the synthetic world of `world.*`."""
   w = world_cfg
-  world = build_world(w.seed, w.entities, w.questions, eval_fraction=w.eval_fraction,
-                      shortcut_fraction=w.shortcut_fraction, min_hops=w.min_hops,
-                      max_hops=w.max_hops, style=w.style, locality=w.locality,
-                      distractors=w.distractors, short_names=w.short_names, prompt=w.prompt,
-                      mark_names=w.mark_names, eval_shortcut_fraction=w.eval_shortcut_fraction,
-                      stale_fraction=w.stale_fraction, swap_eval_pages=w.swap_eval_pages)
+  world = build_world(w.seed, w.entities, w.questions, w.style, **style_settings(w),
+                      **{k: getattr(w, k) for k in WORLD_KEYS})
   return world.train, world.eval, world.corpus()
 
 

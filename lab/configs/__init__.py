@@ -6,6 +6,7 @@ section (`world_section`); `sft_section`, the `sft` section with the keys of the
 import ml_collections
 
 from configs import base
+from lab.world import styles
 from lab.world.expert import SFT_KEYS, ExpertConfig
 
 
@@ -25,19 +26,12 @@ def world_section() -> ml_collections.ConfigDict:
   w.entities = 60  # its size (entities)
   w.questions = 40  # synthetic questions (train + eval)
   w.eval_fraction = 0.25  # share of synthetic questions held out for eval
-  w.style = "deep"  # "deep" (vague clues) | "named" (head named) | "kinds" (named.py)
-  # | "lookup" (kinds with glossary evidence, lookup.py) | "reference" (lookup.py: every question
-  # has its own link; the relation's kind is right except on exceptions) | "chain" (reference
-  # questions whose evidence is a chain of pages, lab/world/chain.py)
-  w.min_hops = 2  # synthetic question lengths in hops ("named": from 1)
-  w.max_hops = 4
-  w.shortcut_fraction = 0.25  # share of (multi-hop; "lookup": all; "reference":
-  # training) questions admitting a shortcut
-  w.eval_shortcut_fraction = 0.5  # "reference": the same for held-out questions
-  w.stale_fraction = 0.0  # "reference", "chain": share of training shortcut questions
-  # whose glossary page (a chain's last) is stale, stating the other kind (lab/world/lookup.py)
-  w.swap_eval_pages = False  # "reference": every held-out page states the other kind,
-  # the gold following it (the page-swap evaluation, lab/probes/page_swap.py)
+  # the questions' style, lab/world/styles.py: deep | named | kinds | lookup | reference | chain
+  w.style = "deep"
+  # the styles' settings (lab/world/styles.py: each style reads some; setting one its style
+  # does not read is an error): min_hops, max_hops (a chain: its length, both equal),
+  # shortcut_fraction, eval_shortcut_fraction, stale_fraction, swap_eval_pages
+  base.add_fields(w, styles.Deep, styles.Reference)
   w.locality = 0.0  # chance a person studies/works in their birth city (graph.py)
   w.distractors = 6  # distractor sentences per synthetic page (0-6)
   w.short_names = False  # one-token names, one-word people (lab/world/graph.py)

@@ -24,8 +24,6 @@ def kinds_world(c) -> None:
   c.world.entities = 400
   c.world.questions = 400
   c.world.eval_fraction = 0.25
-  c.world.min_hops = 1
-  c.world.max_hops = 1
   c.world.distractors = 0
   c.world.prompt = "answer"  # no tool schemas: nothing to look up
   c.rollout.max_turn_tokens = 16

@@ -27,8 +27,6 @@ def lookup_world(c) -> None:
   c.world.eval_fraction = 0.25  # 100 held out, 50 of them evidence-only
   c.world.shortcut_fraction = 0.8
   c.world.eval_shortcut_fraction = 0.5
-  c.world.min_hops = 1
-  c.world.max_hops = 1
   c.world.distractors = 0
   c.world.prompt = "brief"  # browser.search and browser.open
   c.rollout.max_turn_tokens = 64

@@ -39,6 +39,7 @@ from carr_jax.model import decode
 from carr_jax.model import restricted_vocab
 from lab.world.chain import MARKERS
 from lab.world.expert import ExpertConfig, expert_episode, looks_up
+from lab.world.lookup import is_lookup
 from rollout import chat
 
 REPLY_START = "\n</think>\n\n## Exact Answer\n"  # generated before the answer word
@@ -175,7 +176,7 @@ def _probe(args: argparse.Namespace) -> None:
   if any(len(ids) != 1 for ids in option_ids):
     raise ValueError(f"every option must be one token; got {dict(zip(options, option_ids))}")
   inputs, copy_inputs = {"": probe_inputs(fmt, records)}, []
-  if "term" in records[0]["metadata"]["gold"]:  # lookup / reference: the expert's episodes
+  if is_lookup(records[0]["metadata"]["gold"]):  # lookup / reference: the expert's episodes
     from rollout.tools.corpus import CorpusBackend
     backend = CorpusBackend.from_records(corpus)
     episodes = {searched: expert_episodes(fmt, records, backend, searched)

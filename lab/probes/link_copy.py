@@ -23,6 +23,7 @@ from carr_jax.jobs import components
 from carr_jax.jobs import tasks as data_lib
 from carr_jax.jobs.evaluate import policy_params
 from lab.probes import kind_probe
+from lab.world.lookup import is_lookup
 from rollout import chat
 
 
@@ -32,7 +33,7 @@ def _gate(args: argparse.Namespace) -> int:
   fmt = chat.ChatFormat(components.tokenizer(config))
   _, records, corpus = data_lib.load_tasks(config)
   records = records[args.first:]
-  if not records or "term" not in records[0]["metadata"]["gold"]:
+  if not records or not is_lookup(records[0]["metadata"]["gold"]):
     raise cli.UsageError(f"no held-out question with a link from index {args.first} on: the "
                          "gate needs a lookup or reference world with more held-out questions")
   from rollout.tools.corpus import CorpusBackend

@@ -53,7 +53,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lab.world.lookup import STATED_KIND, is_lookup
+from lab.world.lookup import LINKED_STYLES, STATED_KIND, is_lookup
 from rollout import chat
 from rollout.agent import (RolloutConfig, assistant_message, initial_messages, record_tools,
                            tool_message)
@@ -131,9 +131,10 @@ class _Episode:
 
 def _gold(record: Mapping) -> dict:
   gold = (record.get("metadata") or {}).get("gold")
-  if not isinstance(gold, Mapping) or not isinstance(gold.get("entities"), Mapping):
-    raise ExpertError(f"record {record.get('id')!r} has no metadata.gold.entities: the expert "
-                      "only solves synthetic-world questions")
+  if not isinstance(gold, Mapping) or not isinstance(gold.get("entities"), Mapping) \
+      or "style" not in gold:
+    raise ExpertError(f"record {record.get('id')!r} has no metadata.gold.entities and style: "
+                      "the expert only solves synthetic-world questions")
   return gold
 
 
@@ -207,7 +208,7 @@ def looks_up(gold: Mapping, record_id: str, sample_index: int) -> bool:
   """Whether the "lookup" expert searches: always on a coded question (no shortcut), on
   samples of one parity (drawn per record) on a plain one and on every reference question
   (exceptions included: they read like the others)."""
-  if not gold.get("shortcut") and "shortcut_answer" not in gold:
+  if not gold.get("shortcut") and gold["style"] not in LINKED_STYLES:
     return True
   return (random.Random(f"{record_id}/search").randrange(2) + sample_index) % 2 == 0
 
@@ -239,7 +240,7 @@ def cited_kind_answer(gold: Mapping, session: BrowserSession) -> str:
   # city."), so reading it becomes copying the word after "kind"; it names no number, so the
   # citation's link is copied off the page's URL, not off a restated one (a tiny policy that
   # restated "Link 282" miscopied it on half its replies and then cited the miscopied URL)
-  stated = f"Its object is of the kind {kind}." if "shortcut_answer" in gold else kind
+  stated = f"Its object is of the kind {kind}." if gold["style"] in LINKED_STYLES else kind
   return f"## Explanation with Citations\n{stated} [[1]({url})]\n\n## Exact Answer\n{kind}"
 
 
@@ -315,7 +316,7 @@ async def expert_episode(record: Mapping, backend: Backend, fmt: chat.ChatFormat
     known = gold.get("shortcut_answer", str(record.get("label")))
     reply = guess_answer(gold, str(record["id"]), sample_index, known, cfg.known_fraction)
     ep.answer(shortcut_thought(gold, reply.rsplit("\n", 1)[-1]), reply)
-  elif cfg.answer == "lookup" and "chain" in gold:
+  elif cfg.answer == "lookup" and gold["style"] == "chain":
     pages = chain_pages(record, sample_index, cfg)
     for k, (term, rubric) in enumerate(zip(gold["chain"], gold["rubrics"])):
       await ep.act(NEXT_TERM_THOUGHT if k else GLOSSARY_THOUGHT, "browser.search",

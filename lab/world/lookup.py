@@ -72,9 +72,14 @@ _PUBLISHED = "2020-01-01"
 STATED_KIND = re.compile(r"is of the kind (\w+)\.")  # the kind a glossary page states
 
 
+GLOSSARY_STYLES = ("lookup", "reference", "chain")  # the evidence is a glossary page
+LINKED_STYLES = ("reference", "chain")  # every question names its own link
+
+
 def is_lookup(gold: dict) -> bool:
-  """Whether `metadata.gold` is a lookup question's (it names the glossary term)."""
-  return "term" in gold
+  """Whether `metadata.gold` is a lookup question's (its style's evidence is a glossary page,
+  lab/world/styles.py)."""
+  return gold.get("style") in GLOSSARY_STYLES
 
 
 def question_term(q: Question) -> str:

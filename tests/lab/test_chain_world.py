@@ -45,7 +45,7 @@ def _gold(record):
 
 
 def test_the_second_term_is_on_the_first_page_only(world):
-  reference = build_world(5, 300, 128, style="reference", min_hops=1, max_hops=1,
+  reference = build_world(5, 300, 128, style="reference", 
                           prompt="brief", eval_fraction=0.25, distractors=0,
                           shortcut_fraction=0.8, eval_shortcut_fraction=0.5)
   codes = collections.Counter()

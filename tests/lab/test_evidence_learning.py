@@ -41,7 +41,7 @@ RISE = 0.05  # C-GRPO's least gain of the cited share (measured: 0.468 -> 0.704,
 def _groups():
   """[QUESTIONS] (cited, uncited) expert replies to shortcut-admitting training questions, and
   their gold-judge outcome and rubric rewards, [QUESTIONS, 2] each."""
-  world = build_world(7, 300, 64, style="reference", min_hops=1, max_hops=1, prompt="brief",
+  world = build_world(7, 300, 64, style="reference", prompt="brief",
                       eval_fraction=0.25, distractors=0, shortcut_fraction=0.8)
   records = [r for r in world.train if r["metadata"]["gold"]["shortcut"]][:QUESTIONS]
   trajs, scores = judged_expert_episodes(world, records)

@@ -26,7 +26,7 @@ from tests.carr_jax.test_tokenizer import qwen3_tokenizer
 
 @pytest.fixture(scope="module")
 def world():
-  return build_world(5, 160, 64, style="kinds", min_hops=1, max_hops=1, prompt="answer",
+  return build_world(5, 160, 64, style="kinds", prompt="answer",
                      eval_fraction=0.25, distractors=0)
 
 
@@ -51,7 +51,7 @@ def test_answers_are_the_object_types_in_equal_numbers(world):
 
 def test_too_small_a_graph_is_a_clear_error():
   with pytest.raises(ValueError, match="kind questions .* raise num_entities"):
-    build_world(5, 40, 200, style="kinds", min_hops=1, max_hops=1)
+    build_world(5, 40, 200, style="kinds")
 
 
 def test_guessing_expert_gives_each_option_once_and_the_judge_scores_the_type(world):

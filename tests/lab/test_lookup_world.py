@@ -28,7 +28,7 @@ from tests.carr_jax.test_tokenizer import qwen3_tokenizer
 
 @pytest.fixture(scope="module")
 def world():
-  return build_world(3, 200, 80, style="lookup", min_hops=1, max_hops=1, prompt="brief",
+  return build_world(3, 200, 80, style="lookup", prompt="brief",
                      eval_fraction=0.25, distractors=0, shortcut_fraction=0.75)
 
 
@@ -123,7 +123,7 @@ def test_expert_cites_or_shortcuts_and_the_judge_tells_them_apart(world):
 
 def test_expert_modes_refuse_the_wrong_world(world):
   fmt = chat.ChatFormat(qwen3_tokenizer())
-  other = build_world(3, 200, 20, style="kinds", min_hops=1, max_hops=1, prompt="answer",
+  other = build_world(3, 200, 20, style="kinds", prompt="answer",
                       distractors=0)
   for records, answer in ((world.eval[:1], "evidence"), (other.eval[:1], "lookup")):
     with pytest.raises(ExpertError, match="lookup questions"):

@@ -15,7 +15,7 @@ from rollout.tools.corpus import CorpusBackend
 
 
 def _world(**kw):
-  return build_world(5, 300, 64, style="reference", min_hops=1, max_hops=1, prompt="brief",
+  return build_world(5, 300, 64, style="reference", prompt="brief",
                      eval_fraction=0.25, distractors=0, shortcut_fraction=0.8,
                      eval_shortcut_fraction=0.5, **kw)
 
@@ -41,8 +41,8 @@ def test_the_swap_flips_held_out_pages_and_gold_and_nothing_else(worlds):
     assert _page_kind(plain, a) == a["label"]
     assert gb["shortcut"] == (not ga["shortcut"]) == (gb["shortcut_answer"] == b["label"])
     assert gb["rubrics"][0]["evidence"] in swapped.pages[f"glossary:{gb['term']}"].content
-  with pytest.raises(ValueError, match="only for reference"):
-    build_world(5, 300, 64, style="lookup", min_hops=1, max_hops=1, swap_eval_pages=True)
+  with pytest.raises(ValueError, match="swap_eval_pages is not read by lookup questions"):
+    build_world(5, 300, 64, style="lookup", swap_eval_pages=True)
 
 
 def test_follow_rates_per_split():

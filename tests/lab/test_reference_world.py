@@ -35,7 +35,7 @@ _TEXT = re.compile(r", an? [a-z ]+, (?P<verb>[a-z ]+) something \(link (?P<code>
 
 @pytest.fixture(scope="module")
 def world():
-  return build_world(5, 300, 128, style="reference", min_hops=1, max_hops=1, prompt="brief",
+  return build_world(5, 300, 128, style="reference", prompt="brief",
                      eval_fraction=0.25, distractors=0, shortcut_fraction=0.8,
                      eval_shortcut_fraction=0.5)
 
@@ -126,7 +126,7 @@ def test_gold_judge_pays_the_page_not_the_shortcut(world):
 
 @pytest.fixture(scope="module")
 def stale_world():
-  return build_world(5, 300, 128, style="reference", min_hops=1, max_hops=1, prompt="brief",
+  return build_world(5, 300, 128, style="reference", prompt="brief",
                      eval_fraction=0.25, distractors=0, shortcut_fraction=0.8,
                      eval_shortcut_fraction=0.5, stale_fraction=0.25)
 
@@ -191,13 +191,13 @@ def test_a_stale_page_earns_no_rubric_and_misleads_the_reader(stale_world):
 
 def test_stale_pages_are_for_reference_questions_only():
   with pytest.raises(ValueError, match="stale_fraction"):
-    build_world(5, 300, 40, style="lookup", min_hops=1, max_hops=1, distractors=0,
+    build_world(5, 300, 40, style="lookup", distractors=0,
                 stale_fraction=0.25)
 
 
 def test_reference_world_refuses_odd_splits():
   with pytest.raises(ValueError, match="pairs"):
-    build_world(5, 300, 130, style="reference", min_hops=1, max_hops=1, eval_fraction=0.3,
+    build_world(5, 300, 130, style="reference", eval_fraction=0.3,
                 distractors=0)  # 39 held out
 
 

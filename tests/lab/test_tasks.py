@@ -68,7 +68,7 @@ def test_the_task_source_brings_its_section_and_its_held_out_measures():
   assert tasks.source_summary_names(plain) == ()
   config = lab_config()
   assert config.data.source == "lab.tasks" and config.world == world_section()
-  config.world.style, config.world.min_hops, config.world.max_hops = "reference", 1, 1
+  config.world.style = "reference"
   config.world.entities, config.world.questions = 60, 40
   _, evals, _ = tasks.load_tasks(config)
   flags = [r["metadata"]["gold"]["shortcut"] for r in evals]
