@@ -39,6 +39,9 @@ def get_config() -> ml_collections.ConfigDict:
   # "full" | "task": the softmax over the ids the in-process task source's tasks can need only
   # (its output_ids)
   c.model.output_vocab = "full"
+  # RL of a mixture of experts: the trainer's MoE layers use the experts the rollout engine
+  # chose per token (rollout/routes.py, carr_jax.rl.train_step); SFT and evaluation never do
+  c.model.routing_replay = False
   # carr_jax/model/config.py (its fields but the architecture, which the preset gives):
   # moe_impl, attention, param_dtype, compute_dtype, remat
   add_fields(c.model, Qwen3Config, skip=ARCHITECTURE)
@@ -114,7 +117,7 @@ def get_config() -> ml_collections.ConfigDict:
   # (the skipped fields carr_jax.jobs.components computes from other keys)
   add_fields(c.batch, StepConfig, SFTStepConfig, PackingConfig,
              skip=("temperature", "loss_positions", "on_policy", "shared_prefix", "vocab",
-                   "row_multiple", "vocab_size"))
+                   "row_multiple", "vocab_size", "routing_replay", "routes"))
   # Logits only at the slots with loss (generated tokens), gathered per row into a [R, K]
   # index with K a multiple of this (coarsely bucketed: few compiled shapes); 0 = logits at
   # every slot (RL only; SFT always gathers). carr_jax.rl.packing.loss_positions.

@@ -12,7 +12,8 @@ named here, other keys for a stated reason:
                    section: model.output_vocab="task" needs the in-process engine and an
                    in-process task source, whose output ids it collects
   step_config      rollout.temperature: the loss divides logits by the sampling temperature;
-                   loss.old_logprobs: "trainer" is the on-policy step
+                   loss.old_logprobs: "trainer" is the on-policy step; model.routing_replay
+  packing_config   model.routing_replay (RL only): the routes' shape, from the model
   pipeline_config  loss.*: rollouts ahead of training need a correction for stale tokens
   engine           seed: the in-process sampler's PRNG seed; rollout.concurrency, .max_context_
                    tokens: what an engine must serve; batch.prefix_multiple: the shared prefix
@@ -72,6 +73,9 @@ def model_config(config: Any) -> Qwen3Config:
   if config.batch.prefix_multiple > 0 and cfg.is_moe:
     raise ValueError("batch.prefix_multiple > 0 (a shared prefix) is for dense models; this "
                      "model is a mixture of experts: set it to 0")
+  if config.model.routing_replay and not cfg.is_moe:
+    raise ValueError("model.routing_replay replays a mixture of experts' routes; this model "
+                     "is dense: set it to False")
   return cfg
 
 
@@ -123,7 +127,8 @@ def step_config(config: Any, vocab: RestrictedVocab | None = None) -> ts.StepCon
       temperature=config.rollout.temperature or 1.0,  # greedy sampling (0) is read as 1
       loss_positions=config.batch.loss_positions_multiple > 0,
       on_policy=loss_config(config).old_logprobs == "trainer",
-      shared_prefix=config.batch.prefix_multiple > 0, vocab=vocab)
+      shared_prefix=config.batch.prefix_multiple > 0,
+      routing_replay=bool(config.model.routing_replay), vocab=vocab)
 
 
 def sft_step_config(config: Any, vocab: RestrictedVocab | None = None):
@@ -145,8 +150,12 @@ def packing_config(config: Any, mesh: Any, vocab_size: int) -> packing.PackingCo
                      f"longest of batch.row_lengths ({longest}): lengthen the rows, or set "
                      "batch.overflow='truncate' to cut such episodes")
   shards = mesh.shape["data"] * mesh.shape["fsdp"] * mesh.shape["expert"]
+  routes = None
+  if config.model.routing_replay and "sft" not in config:
+    cfg = model_config(config)
+    routes = (cfg.num_layers, cfg.num_experts_per_tok)
   return from_section(packing.PackingConfig, config.batch, vocab_size=vocab_size,
-                      row_multiple=shards * config.batch.micro_batches)
+                      row_multiple=shards * config.batch.micro_batches, routes=routes)
 
 
 def tokenizer(config: Any):

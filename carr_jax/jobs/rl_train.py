@@ -53,6 +53,7 @@ from carr_jax.rl import packing
 from carr_jax.rl import rewards
 from carr_jax.rl import step_stats
 from carr_jax.rl import train_step as ts
+from rollout import routes as routes_lib
 from rollout.engines.weight_sync import weight_sync
 
 logger = logging.getLogger(__name__)
@@ -174,10 +175,13 @@ class Trainer:
     status = np.array([t["status"] for t in flat]).reshape(p, g)
     adv = rewards.compute_group_advantages(outcome, rubric, status == "completed",
                                            self.reward_cfg)
-    usable = ~(status == "failed").any(axis=1, keepdims=True) & adv.keep & fresh  # [P, G]
+    unroutable = self.route_failures(flat).reshape(p, g)  # [P, G]
+    usable = ~((status == "failed") | unroutable).any(axis=1, keepdims=True) & adv.keep & fresh
     keep = [i for i in range(p * g) if usable.reshape(-1)[i]]
     metrics = {**step_stats.reward_metrics(adv),
                "rollout/dropped_groups": float(np.mean(~usable.any(axis=1)))}
+    if self.pack_cfg.routes:
+      metrics["rollout/route_failures"] = float(unroutable.sum())
     if not keep:
       return None, metrics
     packed = packing.pack_trajectories([flat[i] for i in keep],
@@ -190,6 +194,19 @@ class Trainer:
     metrics["train/packing_prefix"] = float(len(batch.get("prefix_tokens", ())))
     batch["loss_mask"] = batch["loss_mask"].astype(np.float32)
     return batch, metrics
+
+  def route_failures(self, flat) -> np.ndarray:
+    """[N] trajectories whose routes cannot be replayed (`model.routing_replay`), each logged
+    with its one-line reason (rollout/routes.py check); their groups are dropped, counted."""
+    if not self.pack_cfg.routes:
+      return np.zeros(len(flat), bool)
+    layers, k = self.pack_cfg.routes
+    reasons = [routes_lib.check(t, layers, k, self.cfg.num_experts) for t in flat]
+    for t, reason in zip(flat, reasons):
+      if reason:
+        logger.warning("trajectory %s/%s not trained: %s", t.get("prompt_id"),
+                       t.get("sample_index"), reason)
+    return np.array([r is not None for r in reasons], bool)
 
   def update(self, batch):
     """Old log-probs (with `loss.old_logprobs="rollout"`) and reference log-probs (with a KL

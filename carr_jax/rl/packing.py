@@ -31,6 +31,11 @@ it; `overflow="truncate"` keeps its first max S + 1 tokens (the prompt and the s
 episode; the tail is not trained on) and counts it in `PackedBatch.num_truncated`.
 Trajectories with fewer than 2 tokens have nothing to predict and take no slot.
 
+Routes (`PackingConfig.routes` = (MoE layers, k), under `model.routing_replay`): slot i of a
+segment also holds the experts the engine routed position i to (`routed_experts[i]` of the
+trajectory, rollout/routes.py), so the trainer's forward replays them; a trajectory without
+enough routes raises naming it (the RL job drops such groups before packing, counted).
+
 Loss positions (`loss_positions`): for each row, the slots with loss mask 1, as an index
 [R, K] plus a validity mask. The train steps build logits only there (the unembedding is most
 of the cost at the slots of prompts and tool observations, which carry no loss). K is the
@@ -63,6 +68,8 @@ class PackingConfig:
   prefix_multiple: int = 0  # > 0: the leading tokens every row shares, rounded down to a
   # multiple of this, are cut off and computed once (`split_shared_prefix`; dense models);
   # the in-process engine does the same per batch of prompts (carr_jax/model/engine.py)
+  routes: tuple[int, int] | None = None  # (MoE layers, k): also pack each trajectory's
+  # routed experts (rollout/routes.py), computed from model.routing_replay
 
   def __post_init__(self):
     if not self.row_lengths or any(int(s) < 1 for s in self.row_lengths):
@@ -87,6 +94,8 @@ class PackedBatch:
   positions: np.ndarray  # [R, S] int32, restart at 0 per segment
   trajectory_index: np.ndarray  # [R, S] int32 input index of the slot's trajectory, -1 = pad
   num_truncated: int  # trajectories cut to fit the longest row
+  routes: np.ndarray | None = None  # [R, S, layers, k] int32: the experts the engine chose
+  # for the slot's input token (`PackingConfig.routes`; 0 in padding slots)
 
   @property
   def shape(self) -> tuple[int, int]:
@@ -99,8 +108,9 @@ class PackedBatch:
 
   def arrays(self) -> dict[str, np.ndarray]:
     """The device-side arrays of the batch (the train step's input)."""
-    return {k: getattr(self, k) for k in ("tokens", "targets", "loss_mask", "rollout_logprobs",
-                                          "advantages", "segment_ids", "positions")}
+    keys = ("tokens", "targets", "loss_mask", "rollout_logprobs", "advantages", "segment_ids",
+            "positions") + (("routes",) if self.routes is not None else ())
+    return {k: getattr(self, k) for k in keys}
 
   def stats(self) -> dict[str, float]:
     return {"rows": self.shape[0], "row_length": self.shape[1],
@@ -200,6 +210,8 @@ def pack_trajectories(records: Sequence[Mapping[str, Any]], advantages: Sequence
   live = [i for i, n in enumerate(slot_lengths) if n > 0]
   s, live_rows, num_rows = choose_shape([slot_lengths[i] for i in live], cfg)
   out = _empty(num_rows, s, cfg.pad_id)
+  if cfg.routes is not None:
+    out["routes"] = np.zeros((num_rows, s, *cfg.routes), np.int32)
   fill = np.zeros(num_rows, dtype=np.int64)  # next free slot per row
   seg = np.zeros(num_rows, dtype=np.int64)
   for i, r in zip(live, live_rows):  # input order within a row: deterministic
@@ -215,8 +227,24 @@ def pack_trajectories(records: Sequence[Mapping[str, Any]], advantages: Sequence
     out["segment_ids"][sl] = seg[r]
     out["positions"][sl] = np.arange(n)
     out["trajectory_index"][sl] = i
+    if cfg.routes is not None:  # slot j's input is x_j, routed at position j
+      out["routes"][sl] = _routes_of(records[i], i, n, cfg.routes)
     fill[r] += n
   return PackedBatch(num_truncated=num_truncated, **out)
+
+
+def _routes_of(record: Mapping[str, Any], i: int, n: int, shape: tuple[int, int]) -> np.ndarray:
+  """The first `n` positions' routed experts [n, layers, k] of trajectory `i` (checked)."""
+  from rollout import routes
+  value = record.get(routes.KEY)
+  if isinstance(value, Mapping):
+    value = routes.from_json(value)
+  value = np.asarray(value) if value is not None else None
+  if value is None or value.ndim != 3 or value.shape[0] < n or value.shape[1:] != shape:
+    got = None if value is None else value.shape
+    raise ValueError(f"trajectory {i}: routed_experts {got}, need at least [{n}, {shape[0]}, "
+                     f"{shape[1]}]")
+  return value[:n].astype(np.int32)
 
 
 def _empty(rows: int, s: int, pad_id: int) -> dict[str, np.ndarray]:

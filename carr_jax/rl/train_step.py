@@ -24,7 +24,10 @@ and the log-probs scattered back to [R, S] (0 elsewhere), which changes no loss 
 gradient, since every other slot has loss mask 0 (tests/carr_jax/test_train_step.py). With
 `StepConfig.shared_prefix` the batch also holds `prefix_tokens` [P], the leading tokens
 every row shares, cut off its rows by `carr_jax.rl.packing.split_shared_prefix` and computed
-once per micro-batch (`Qwen3.hidden_and_aux`).
+once per micro-batch (`Qwen3.hidden_and_aux`). With `StepConfig.routing_replay` (MoE) the batch
+also holds `routes` [R, S, layers, k] int32, the experts the rollout engine chose for each
+slot's input token (`carr_jax.rl.packing`), and every MoE layer of the forward and backward
+uses them (`moe.route`'s replay; the router still learns from its own probabilities of them).
 
 Optimizer: AdamW (paper: lr 2e-6 constant, betas 0.9/0.98, weight decay 0.1) with optional
 linear warmup, a final linear decay to 0 (warmup-stable-decay) and global-norm clipping;
@@ -76,11 +79,13 @@ class StepConfig:
   loss_positions: bool = False  # logits only at batch["loss_index"] (see the docstring)
   on_policy: bool = False  # old log-probs = this step's own, gradient stopped (the docstring)
   shared_prefix: bool = False  # the batch holds prefix_tokens (see the docstring)
+  routing_replay: bool = False  # the batch holds routes (see the docstring)
   vocab: RestrictedVocab | None = None  # the loss's output vocabulary (None: all ids)
 
 
 LOSS_POSITION_KEYS = ("loss_index", "loss_valid")
 SHARED_KEYS = ("prefix_tokens",)  # batch arrays without a row axis: whole on every device
+ROUTE_KEYS = ("routes",)  # [R, S, layers, k]: rows split like the tokens
 
 
 @flax.struct.dataclass
@@ -219,8 +224,10 @@ def target_logprobs(params, cfg: Qwen3Config, batch, temperature: float, chunk: 
   targets must be checked on the host (`restricted_vocab.check_scored`).
   """
   model = model_lib.Qwen3(cfg)
+  routes = batch.get("routes")  # [R, S, L, k] -> the model's [L, R, S, k]
   hidden, aux = model.apply({"params": params}, batch["tokens"], batch["positions"],
                             batch["segment_ids"], batch.get("prefix_tokens"),
+                            None if routes is None else jnp.moveaxis(routes, 2, 0),
                             method=model_lib.Qwen3.hidden_and_aux)
   targets = batch["targets"]  # [R, S]
   if gather:
@@ -251,7 +258,8 @@ def step_batch_keys(loss_cfg: loss_lib.LossConfig, step_cfg: StepConfig,
   base = tuple(k for k in base if not (step_cfg.on_policy and k == "old_logprobs"))
   return (base + (("ref_logprobs",) if loss_cfg.kl_coef else ())
           + (LOSS_POSITION_KEYS if step_cfg.loss_positions else ())
-          + (SHARED_KEYS if step_cfg.shared_prefix else ()))
+          + (SHARED_KEYS if step_cfg.shared_prefix else ())
+          + (ROUTE_KEYS if step_cfg.routing_replay else ()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,7 +369,8 @@ def logprob_batch_keys(step_cfg: StepConfig) -> tuple[str, ...]:
   """The batch keys the log-prob function reads."""
   return (("tokens", "positions", "segment_ids", "targets")
           + (LOSS_POSITION_KEYS if step_cfg.loss_positions else ())
-          + (SHARED_KEYS if step_cfg.shared_prefix else ()))
+          + (SHARED_KEYS if step_cfg.shared_prefix else ())
+          + (ROUTE_KEYS if step_cfg.routing_replay else ()))
 
 
 def jit_logprob_fn(cfg: Qwen3Config, step_cfg: StepConfig, mesh: Mesh, param_shardings):

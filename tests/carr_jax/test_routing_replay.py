@@ -92,3 +92,81 @@ def test_routes_need_a_mixture_of_experts():
     _hidden(cfg, params, batch, jnp.zeros((cfg.num_layers, 1, 3, 2), jnp.int32))
   with pytest.raises(ValueError, match="dense model has no routes"):
     M.Qwen3(cfg).apply({"params": params}, *batch, method=M.Qwen3.routes)
+
+
+def test_packing_puts_each_trajectorys_routes_at_its_slots():
+  """Slot j of a segment holds token x_j as input and the experts routed at position j; a
+  trajectory without routes (or too few) is refused naming it; the JSON form packs alike."""
+  from carr_jax.rl import packing
+  from rollout import routes as routes_lib
+  rng = np.random.default_rng(0)
+  trajs = []
+  for n in (5, 3):
+    ids = rng.integers(0, 50, n).tolist()
+    trajs.append({"token_ids": ids, "loss_mask": [0] + [1] * (n - 1),
+                  "rollout_logprobs": [0.0] * n,
+                  "routed_experts": rng.integers(0, 8, (n - 1, 2, 2)).astype(np.uint8)})
+  trajs[1]["routed_experts"] = routes_lib.to_json(trajs[1]["routed_experts"])
+  cfg = packing.PackingConfig(row_lengths=(8,), routes=(2, 2))
+  packed = packing.pack_trajectories(trajs, [1.0, -1.0], cfg)
+  assert packed.routes.shape == (1, 8, 2, 2) and "routes" in packed.arrays()
+  np.testing.assert_array_equal(packed.routes[0, :4], trajs[0]["routed_experts"])
+  np.testing.assert_array_equal(packed.routes[0, 4:6],
+                                routes_lib.from_json(trajs[1]["routed_experts"]))
+  assert not packed.routes[0, 6:].any()  # padding
+  del trajs[0]["routed_experts"]
+  with pytest.raises(ValueError, match=r"trajectory 0: routed_experts None"):
+    packing.pack_trajectories(trajs, [1.0, -1.0], cfg)
+
+
+def _replay_step(routes_of):
+  """One SGD step of tiny_moe on a data x expert mesh (rows, and so routes, split over 4
+  devices) with
+  `routes_of(cfg, params, batch)` replayed (None: no replay) -> (params after, metrics)."""
+  import optax
+
+  from carr_jax.model import sharding
+  from carr_jax.rl import loss as loss_lib
+  from carr_jax.rl import train_step as ts
+  cfg = get_preset("tiny_moe", vocab_size=256)
+  rng = np.random.default_rng(1)
+  tokens = rng.integers(0, cfg.vocab_size, (4, 12)).astype(np.int32)
+  batch = {"tokens": tokens, "positions": np.broadcast_to(np.arange(12), (4, 12)).copy(),
+           "segment_ids": np.ones((4, 12), np.int32), "targets": np.roll(tokens, -1, 1),
+           "loss_mask": (np.arange(12)[None] >= 4).repeat(4, 0).astype(np.float32),
+           "advantages": np.repeat(rng.standard_normal((4, 1)), 12, 1).astype(np.float32),
+           "rollout_logprobs": np.zeros((4, 12), np.float32)}
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 1, "expert": 2, "tensor": 1},
+                            jax.devices()[:4])
+  tx = optax.sgd(1.0)
+  params = M.init_params(cfg, jax.random.key(0))  # off the mesh: the MoE's init batch is [1, 1]
+  state, shardings = ts.create_train_state(cfg, tx, mesh, seed=0, params=params)
+  routes = routes_of(cfg, jax.device_get(state.params), batch)
+  step_cfg = ts.StepConfig(on_policy=True, routing_replay=routes is not None)
+  if routes is not None:
+    batch["routes"] = routes
+  step = ts.make_train_step(cfg, loss_lib.LossConfig(), step_cfg, tx, mesh, shardings)
+  state, metrics = step(state, batch)
+  return jax.device_get(state.params), jax.device_get(metrics)
+
+
+def _own_routes(cfg, params, batch):
+  """[R, S, L, k]: the experts the router itself picks (what a same-precision engine chose)."""
+  own = M.Qwen3(cfg).apply({"params": params}, batch["tokens"], batch["positions"],
+                           batch["segment_ids"], method=M.Qwen3.routes)
+  return np.moveaxis(np.asarray(own), 0, 2)
+
+
+def test_the_sharded_train_step_replays_routes():
+  """Replaying the router's own choice is the unreplayed step (loss and updated parameters,
+  fp32: 1e-5); replaying other experts changes the update (the on-policy loss value is
+  -mean(A) whatever the model, so the parameters tell)."""
+  plain, m0 = _replay_step(lambda *_: None)
+  replayed, m1 = _replay_step(_own_routes)
+  np.testing.assert_allclose(m1["loss"], m0["loss"], atol=1e-5, rtol=0)
+  for x, y in zip(jax.tree.leaves(replayed), jax.tree.leaves(plain)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-5, rtol=0)
+  shifted, _ = _replay_step(lambda c, p, b: (_own_routes(c, p, b) + 1) % c.num_experts)
+  moved = max(float(np.abs(np.asarray(x) - np.asarray(y)).max())
+              for x, y in zip(jax.tree.leaves(shifted), jax.tree.leaves(plain)))
+  assert moved > 1e-4
