@@ -74,13 +74,14 @@ def init_cache(cfg: Qwen3Config, batch: int, max_len: int, dtype: Any = None) ->
 
 
 def _forward(params: dict, cfg: Qwen3Config, tokens: jax.Array, positions: jax.Array,
-             segments: jax.Array, cache: dict) -> tuple[jax.Array, dict]:
+             segments: jax.Array, cache: dict) -> tuple[jax.Array, dict, jax.Array | None]:
   """The model's own forward pass with the cache (`model.Qwen3.with_cache`): [B, T] inputs
-  -> (final-normed hidden [B, T, D], the cache with "k" and "v" updated)."""
+  -> (final-normed hidden [B, T, D], the cache with "k" and "v" updated, the experts routed
+  [L, B, T, k] or None for a dense model)."""
   layers = {name: x for name, x in cache.items() if name != "lengths"}
-  hidden, kv = Qwen3(cfg).apply({"params": params}, tokens, positions, segments, layers,
-                                method=Qwen3.with_cache)
-  return hidden, {**cache, **kv}
+  hidden, kv, experts = Qwen3(cfg).apply({"params": params}, tokens, positions, segments,
+                                         layers, method=Qwen3.with_cache)
+  return hidden, {**cache, **kv}, experts
 
 
 def prefix_columns(cache: dict) -> int:
@@ -103,10 +104,22 @@ def prefill_prefix(params: dict, cfg: Qwen3Config, prefix_tokens: jax.Array) -> 
   rows' tokens (`prefill`) start at position P."""
   p = prefix_tokens.shape[0]
   ones = jnp.ones((1, p), jnp.int32)
-  _, kv = _forward(params, cfg, prefix_tokens[None], jnp.arange(p)[None], ones,
-                   init_cache(cfg, 1, p))
+  _, kv, _ = _forward(params, cfg, prefix_tokens[None], jnp.arange(p)[None], ones,
+                      init_cache(cfg, 1, p))
   to_shared = lambda x: jnp.einsum("LKPH->LPKH", x[:, 0])  # noqa: E731
   return {"prefix_k": to_shared(kv["k"]), "prefix_v": to_shared(kv["v"])}
+
+
+def _prefill(params, cfg, tokens, lengths, cache, vocab):
+  """`prefill`, and the experts routed at every prompt column [L, B, T, k] (None: dense)."""
+  b, t = tokens.shape
+  cols = jnp.arange(t)
+  positions = jnp.broadcast_to(cols + prefix_columns(cache), (b, t))
+  segments = (cols[None, :] < lengths[:, None]).astype(jnp.int32)  # [B, T]: 1 prompt, 0 padding
+  hidden, cache, experts = _forward(params, cfg, tokens, positions, segments, cache)
+  last = hidden[jnp.arange(b), lengths - 1]  # [B, D]
+  return (_logits(params, cfg, last, vocab), {**cache, "lengths": lengths.astype(jnp.int32)},
+          experts)
 
 
 def prefill(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Array,
@@ -116,21 +129,21 @@ def prefill(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arra
 
   Returns (fp32 logits [B, V'] of each row's last prompt token, cache with lengths set).
   """
-  b, t = tokens.shape
-  cols = jnp.arange(t)
-  positions = jnp.broadcast_to(cols + prefix_columns(cache), (b, t))
-  segments = (cols[None, :] < lengths[:, None]).astype(jnp.int32)  # [B, T]: 1 prompt, 0 padding
-  hidden, cache = _forward(params, cfg, tokens, positions, segments, cache)
-  last = hidden[jnp.arange(b), lengths - 1]  # [B, D]
-  return _logits(params, cfg, last, vocab), {**cache, "lengths": lengths.astype(jnp.int32)}
+  return _prefill(params, cfg, tokens, lengths, cache, vocab)[:2]
+
+
+def _decode_step(params, cfg, token, cache, vocab):
+  """`decode_step`, and the experts the new token was routed to [L, B, 1, k] (None: dense)."""
+  pos = cache["lengths"][:, None] + prefix_columns(cache)  # [B, 1] position of the new token
+  hidden, cache, experts = _forward(params, cfg, token[:, None], pos, jnp.ones_like(pos), cache)
+  return (_logits(params, cfg, hidden[:, 0], vocab),
+          {**cache, "lengths": cache["lengths"] + 1}, experts)
 
 
 def decode_step(params: dict, cfg: Qwen3Config, token: jax.Array, cache: dict,
                 vocab: RestrictedVocab | None = None) -> tuple[jax.Array, dict]:
   """Appends token [B] at column cache["lengths"] of each row -> (fp32 logits [B, V'], cache)."""
-  pos = cache["lengths"][:, None] + prefix_columns(cache)  # [B, 1] position of the new token
-  hidden, cache = _forward(params, cfg, token[:, None], pos, jnp.ones_like(pos), cache)
-  return _logits(params, cfg, hidden[:, 0], vocab), {**cache, "lengths": cache["lengths"] + 1}
+  return _decode_step(params, cfg, token, cache, vocab)[:2]
 
 
 # ------------------------------------------------------------------ sampling
@@ -178,7 +191,7 @@ def generate(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arr
              seeds: jax.Array, temperature: jax.Array, top_p: jax.Array, top_k: jax.Array,
              max_new_tokens: jax.Array, stop_ids: jax.Array, *, max_steps: int,
              vocab: RestrictedVocab | None = None,
-             prefix_tokens: jax.Array | None = None) -> dict:
+             prefix_tokens: jax.Array | None = None, record_routes: bool = False) -> dict:
   """Prefill + up to `max_steps` sampled tokens per row, stopping rows independently.
 
   tokens [B, T] right-padded, lengths [B] >= 1, seeds [B] uint32 (row b's step-i key is
@@ -188,13 +201,18 @@ def generate(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arr
   vocabulary (None: all V ids); `prefix_tokens` [P] tokens every row begins with, computed
   once (`prefill_prefix`), `tokens` / `lengths` then being what follows them.
   Returns {"tokens": [B, max_steps] (valid up to num_tokens), "logprobs": [B, max_steps],
-  "num_tokens": [B], "stop_token": [B] (the matched stop id, -1 if the row hit the length)}.
+  "num_tokens": [B], "stop_token": [B] (the matched stop id, -1 if the row hit the length)};
+  with `record_routes` (MoE, no prefix) also the experts every layer routed each token to:
+  "prompt_routes" [B, T, L, k] (the prompt columns) and "routes" [B, max_steps, L, k]
+  (generated token i, fed back at position lengths + i).
   """
   b, t = tokens.shape
+  if record_routes and (not cfg.is_moe or prefix_tokens is not None):
+    raise ValueError("record_routes is for a mixture of experts without a shared prefix")
   cache = init_cache(cfg, b, t + max_steps)
   if prefix_tokens is not None:
     cache.update(prefill_prefix(params, cfg, prefix_tokens))
-  logits, cache = prefill(params, cfg, tokens, lengths, cache, vocab)
+  logits, cache, prompt_routes = _prefill(params, cfg, tokens, lengths, cache, vocab)
   row_keys = jax.vmap(jax.random.key)(seeds)
 
   def cond(state):
@@ -212,18 +230,27 @@ def generate(params: dict, cfg: Qwen3Config, tokens: jax.Array, lengths: jax.Arr
     hit_stop = active & jnp.any(tok[:, None] == stop_ids, axis=-1)
     done = state["done"] | hit_stop | (num >= max_new_tokens)
     # Runs once more after the last row finishes: a lax.cond around it would copy the cache.
-    logits, cache = decode_step(params, cfg, tok, state["cache"], vocab)
-    return {"step": step + 1, "logits": logits, "cache": cache, "tokens": out_tokens,
-            "logprobs": out_logp, "num_tokens": num, "done": done,
-            "stop_token": jnp.where(hit_stop, tok, state["stop_token"])}
+    logits, cache, experts = _decode_step(params, cfg, tok, state["cache"], vocab)
+    out = {"step": step + 1, "logits": logits, "cache": cache, "tokens": out_tokens,
+           "logprobs": out_logp, "num_tokens": num, "done": done,
+           "stop_token": jnp.where(hit_stop, tok, state["stop_token"])}
+    if record_routes:  # [L, B, 1, k] -> row b's step
+      out["routes"] = state["routes"].at[:, step].set(jnp.moveaxis(experts[:, :, 0], 0, 1))
+    return out
 
   state = {"step": jnp.int32(0), "logits": logits, "cache": cache,
            "tokens": jnp.zeros((b, max_steps), jnp.int32),
            "logprobs": jnp.zeros((b, max_steps), jnp.float32),
            "num_tokens": jnp.zeros((b,), jnp.int32), "done": max_new_tokens <= 0,
            "stop_token": jnp.full((b,), -1, jnp.int32)}
+  if record_routes:
+    state["routes"] = jnp.zeros((b, max_steps, cfg.num_layers, cfg.num_experts_per_tok),
+                                jnp.int32)
   state = jax.lax.while_loop(cond, body, state)
-  return {k: state[k] for k in ("tokens", "logprobs", "num_tokens", "stop_token")}
+  out = {k: state[k] for k in ("tokens", "logprobs", "num_tokens", "stop_token")}
+  if record_routes:
+    out.update(routes=state["routes"], prompt_routes=jnp.moveaxis(prompt_routes, 0, 2))
+  return out
 
 
-generate_jit = jax.jit(generate, static_argnames=("cfg", "max_steps", "vocab"))
+generate_jit = jax.jit(generate, static_argnames=("cfg", "max_steps", "vocab", "record_routes"))

@@ -37,6 +37,11 @@ Aborting: a queued request returns at once with finish_reason "abort"; a request
 is already running finishes on device (the decode loop cannot be interrupted) and is then
 reported as "abort" with what it generated.
 
+Routes (MoE routing replay, rollout/routes.py): with `record_routes` every batch also returns
+the experts each layer routed each token to, and `generate(..., routes_from=i)` returns those
+of positions i .. len(prompt) + len(output) - 2 (the last output token is routed when a later
+request feeds it), so a multi-turn episode asks each turn for the positions it has not seen.
+
 Weights: `update_weights(params, version)` swaps the in-memory params between batches (a
 running batch finishes on the version it started with, which its results report);
 `update_weights_from_disk(hf_dir, version)` loads an HF checkpoint first, like SGLang's.
@@ -88,6 +93,7 @@ class _Request:
   seed: int
   future: asyncio.Future
   aborted: bool = False
+  routes_from: int | None = None  # return the routed experts from this position on
 
 
 def prompt_prefix_length(prompts: Sequence[Sequence[int]], multiple: int) -> int:
@@ -131,6 +137,16 @@ def _pack(batch: Sequence[_Request], rows: int, min_len: int,
   return args
 
 
+def _routes(out: dict[str, np.ndarray], i: int, r: _Request, n: int) -> np.ndarray | None:
+  """Row i's experts at positions r.routes_from .. len(prompt) + n - 2 [N, L, k] (the last
+  output token is routed when a later request feeds it), or None when not asked."""
+  if r.routes_from is None:
+    return None
+  routes = np.concatenate([out["prompt_routes"][i, :len(r.prompt_ids)],
+                           out["routes"][i, :max(n - 1, 0)]])
+  return routes[r.routes_from:]
+
+
 def _unpack(out: dict[str, np.ndarray], batch: Sequence[_Request],
             version: str) -> list[GenerationResult]:
   results = []
@@ -142,7 +158,8 @@ def _unpack(out: dict[str, np.ndarray], batch: Sequence[_Request],
         logprobs=[float(x) for x in out["logprobs"][i, :n]],
         finish_reason="abort" if r.aborted else reason, weight_version=version,
         prompt_tokens=len(r.prompt_ids), rid=r.rid,
-        error="aborted while its batch was running" if r.aborted else None))
+        error="aborted while its batch was running" if r.aborted else None,
+        routed_experts=_routes(out, i, r, n)))
   return results
 
 
@@ -158,9 +175,11 @@ class JaxEngine(Engine):
   def __init__(self, params: Any, cfg: Qwen3Config, *, weight_version: str = "0",
                max_batch: int = 8, seed: int = 0, max_total_len: int | None = None,
                min_len_bucket: int = 16, vocab: RestrictedVocab | None = None,
-               prefix_multiple: int = 0):
+               prefix_multiple: int = 0, record_routes: bool = False):
     if max_batch < 1:
       raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+    if record_routes and (not cfg.is_moe or prefix_multiple):
+      raise ValueError("record_routes is for a mixture of experts without a shared prefix")
     if prefix_multiple < 0:
       raise ValueError(f"prefix_multiple must be >= 0, got {prefix_multiple}")
     if vocab is not None:
@@ -172,6 +191,7 @@ class JaxEngine(Engine):
     self.max_total_len = max_total_len or cfg.max_position_embeddings
     self.min_len_bucket = min_len_bucket
     self.prefix_multiple = prefix_multiple
+    self.record_routes = record_routes  # every batch also returns its routed experts
     self._params, self._version = params, str(weight_version)
     self.seed = seed
     self._anonymous = itertools.count()  # rids of requests sent without one
@@ -186,8 +206,15 @@ class JaxEngine(Engine):
   # ------------------------------------------------------------------ generation
 
   async def generate(self, prompt_ids: Sequence[int], params: SamplingParams,
-                     rid: str | None = None) -> GenerationResult:
+                     rid: str | None = None, routes_from: int | None = None
+                     ) -> GenerationResult:
+    """See `Engine.generate`; `routes_from` (MoE, `record_routes`): also return the experts
+    routed at every position from there on (`GenerationResult.routed_experts`)."""
     validate_token_ids(prompt_ids, self.vocab_size)
+    if routes_from is not None and not (self.record_routes and 0 <= routes_from
+                                        <= len(prompt_ids)):
+      raise ValueError(f"routes_from={routes_from} needs record_routes=True and a position "
+                       f"in [0, {len(prompt_ids)}]")
     rid = rid or f"anonymous-{next(self._anonymous)}"
     total = len(prompt_ids) + params.max_new_tokens
     if total > self.max_total_len:
@@ -199,7 +226,7 @@ class JaxEngine(Engine):
     self._start_worker()
     request = _Request(list(prompt_ids), params, rid,
                        request_seed(self.seed, self._version, rid),
-                       asyncio.get_running_loop().create_future())
+                       asyncio.get_running_loop().create_future(), routes_from=routes_from)
     self._queue.append(request)
     self._wake.set()
     return await request.future
@@ -243,7 +270,8 @@ class JaxEngine(Engine):
     args = _pack(batch, bucket(len(batch)), self.min_len_bucket, self.prefix_multiple)
     self.prefix_lengths.append(len(args.get("prefix_tokens", ())))
     max_steps = bucket(max(r.params.max_new_tokens for r in batch), self.min_len_bucket)
-    out = decode.generate_jit(params, self.cfg, **args, max_steps=max_steps, vocab=self.vocab)
+    out = decode.generate_jit(params, self.cfg, **args, max_steps=max_steps, vocab=self.vocab,
+                              record_routes=self.record_routes)
     return _unpack(jax.device_get(out), batch, version)
 
   @property

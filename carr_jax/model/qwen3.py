@@ -266,9 +266,10 @@ class Qwen3(nn.Module):
   def with_cache(self, tokens, positions, segment_ids, cache):
     """Prefill or decode (see `Attention`): [B, T] inputs and the stacked cache
     {"k", "v": [L, B, K, S, H]} (and "prefix_k", "prefix_v" [L, P, K, H] when the rows
-    continue a shared prefix) -> (final-normed hidden [B, T, D], the updated {"k", "v"})."""
-    hidden, _, cache, _ = self._body(tokens, positions, segment_ids, cache)
-    return hidden, cache
+    continue a shared prefix) -> (final-normed hidden [B, T, D], the updated {"k", "v"}, the
+    experts each MoE layer routed each token to [L, B, T, k] int32, or None: dense)."""
+    hidden, _, cache, experts = self._body(tokens, positions, segment_ids, cache)
+    return hidden, cache, experts
 
   def __call__(self, tokens, positions, segment_ids):
     return self.hidden_and_aux(tokens, positions, segment_ids)[0]

@@ -22,6 +22,7 @@ import abc
 import asyncio
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from rollout.chat import STOP_TOKEN_IDS
 
@@ -72,6 +73,9 @@ class GenerationResult:
   rid: str
   error: str | None = None  # set when finish_reason == "failed" (or the server's abort message)
   attempts: int = 1  # HTTP attempts spent (retries + 1)
+  # MoE, when asked (`routes_from`): the experts routed at positions routes_from ..
+  # prompt_tokens + len(output_ids) - 2, [positions, layers, k] int (rollout/routes.py)
+  routed_experts: Any = None
 
   @property
   def ok(self) -> bool:

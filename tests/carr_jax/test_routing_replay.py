@@ -170,3 +170,36 @@ def test_the_sharded_train_step_replays_routes():
   moved = max(float(np.abs(np.asarray(x) - np.asarray(y)).max())
               for x, y in zip(jax.tree.leaves(shifted), jax.tree.leaves(plain)))
   assert moved > 1e-4
+
+
+def test_the_engine_returns_the_routes_it_sampled_with():
+  """The in-process engine with `record_routes` returns, from `routes_from` on, the experts of
+  every position the trainer computes (prompt, then each output token but the last): the
+  same choice the model's own forward makes on the whole sequence (at least 99% of the
+  (position, layer) routes: prefill, decode and the full forward round differently)."""
+  import asyncio
+
+  from carr_jax.model.engine import JaxEngine
+  from rollout.engines.base import SamplingParams
+  cfg, params, _ = _setup("ragged")
+  prompt = list(range(3, 14))
+  sampling = SamplingParams(temperature=1.0, max_new_tokens=6, stop_token_ids=())
+
+  async def run(routes_from):
+    engine = JaxEngine(params, cfg, max_batch=2, record_routes=True)
+    try:
+      return await engine.generate(prompt, sampling, rid="r", routes_from=routes_from)
+    finally:
+      await engine.close()
+  whole, tail = asyncio.run(run(0)), asyncio.run(run(4))
+  seq = prompt + whole.output_ids[:-1]
+  assert whole.routed_experts.shape == (len(seq), cfg.num_layers, cfg.num_experts_per_tok)
+  np.testing.assert_array_equal(tail.routed_experts, whole.routed_experts[4:])
+  ids = jnp.asarray([seq], jnp.int32)
+  own = M.Qwen3(cfg).apply({"params": params}, ids, jnp.arange(len(seq))[None],
+                           jnp.ones_like(ids), method=M.Qwen3.routes)  # [L, 1, T, k]
+  own = np.sort(np.moveaxis(np.asarray(own)[:, 0], 0, 1), axis=-1)  # [T, L, k], as sets
+  same = (np.sort(whole.routed_experts, axis=-1) == own).all(axis=-1)
+  assert same.mean() >= 0.99, same.mean()
+  with pytest.raises(ValueError, match="record_routes"):
+    JaxEngine(params, get_preset("tiny_dense", vocab_size=512), record_routes=True)
