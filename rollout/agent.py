@@ -180,8 +180,12 @@ async def _generate(engine: Engine, traj: Trajectory, params: SamplingParams,
                     rid: str) -> GenerationResult | None:
   """One turn from the engine; None (and the trajectory failed) when it yields nothing usable."""
   start = time.perf_counter()
+  asked = traj.routed_positions if engine.record_routes else None
   try:
-    result = await engine.generate(list(traj.token_ids), params, rid)
+    if asked is None:
+      result = await engine.generate(list(traj.token_ids), params, rid)
+    else:
+      result = await engine.generate(list(traj.token_ids), params, rid, routes_from=asked)
   except Exception as e:  # the engine contract says it should not raise; count it anyway
     traj.finish("failed", "engine_error", f"{type(e).__name__}: {e}")
     return None
@@ -196,6 +200,13 @@ async def _generate(engine: Engine, traj: Trajectory, params: SamplingParams,
     traj.finish("failed", "engine_bad_output", f"{n} output ids (budget "
                 f"{params.max_new_tokens}) with {len(result.logprobs)} log-probs")
     return None
+  if asked is not None:  # the new positions: the rest of the context, and the output but its last
+    want = len(traj.token_ids) + n - 1 - asked
+    got = None if result.routed_experts is None else len(result.routed_experts)
+    if got != want:
+      traj.finish("failed", "engine_bad_routes", f"{got} routed positions, want {want}")
+      return None
+    traj.routes.append(result.routed_experts)
   return result
 
 

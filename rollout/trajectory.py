@@ -33,9 +33,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from carr_common import jsonl
 from carr_common.safe_text import json_line
 from carr_common.vocab import STATUSES, TOOL_KINDS
+from rollout import routes as routes_lib
 
 
 @dataclasses.dataclass
@@ -61,6 +64,8 @@ class Trajectory:
   generation_s: float = 0.0
   tool_s: float = 0.0
   total_s: float = 0.0
+  routes: list = dataclasses.field(default_factory=list)  # [n, layers, k] chunks of the
+  # routed experts, positions 0 .. (rollout/routes.py), when the engine records them
 
   @classmethod
   def start(cls, prompt_id: str, sample_index: int, prompt_ids: Sequence[int],
@@ -93,6 +98,11 @@ class Trajectory:
     self.loss_mask += [0] * len(ids)
     self.rollout_logprobs += [0.0] * len(ids)
 
+  @property
+  def routed_positions(self) -> int:
+    """Positions whose routed experts the trajectory holds (from 0, in order)."""
+    return sum(len(r) for r in self.routes)
+
   def count_tool(self, kind: str | None, error: str | None) -> None:
     if kind in self.num_tool_calls:
       self.num_tool_calls[kind] += 1
@@ -122,6 +132,8 @@ class Trajectory:
                     "total_s": self.total_s, "turns": len(versions),
                     "prompt_tokens": self.prompt_tokens,
                     "generated_tokens": self.generated_tokens},
+        **({routes_lib.KEY: routes_lib.to_json(np.concatenate(self.routes))}
+           if self.routes else {}),
     }
 
 

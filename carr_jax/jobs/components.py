@@ -181,7 +181,8 @@ def engine(config: Any, params: Any, cfg: Qwen3Config, weight_version: str,
     from carr_jax.model.engine import JaxEngine
     return JaxEngine(params, cfg, weight_version=weight_version, max_batch=e.max_batch,
                      seed=config.seed, max_total_len=r.max_context_tokens, vocab=vocab,
-                     prefix_multiple=config.batch.prefix_multiple)
+                     prefix_multiple=config.batch.prefix_multiple,
+                     record_routes=bool(config.model.routing_replay))
   if vocab is not None:
     raise ValueError("model.output_vocab must be 'full' with rollout.engine='sglang'")
   from rollout.engines.sglang import SGLangEngine

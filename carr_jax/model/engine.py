@@ -63,6 +63,7 @@ from carr_jax.model import decode
 from carr_jax.model import hf_io
 from carr_jax.model.config import Qwen3Config
 from carr_jax.model.restricted_vocab import RestrictedVocab
+from rollout import routes as routes_lib
 from rollout.engines.base import Engine, GenerationResult, SamplingParams, validate_token_ids
 
 
@@ -137,18 +138,20 @@ def _pack(batch: Sequence[_Request], rows: int, min_len: int,
   return args
 
 
-def _routes(out: dict[str, np.ndarray], i: int, r: _Request, n: int) -> np.ndarray | None:
+def _routes(out: dict[str, np.ndarray], i: int, r: _Request, n: int,
+            num_experts: int) -> np.ndarray | None:
   """Row i's experts at positions r.routes_from .. len(prompt) + n - 2 [N, L, k] (the last
-  output token is routed when a later request feeds it), or None when not asked."""
+  output token is routed when a later request feeds it), stored compactly, or None when not
+  asked."""
   if r.routes_from is None:
     return None
   routes = np.concatenate([out["prompt_routes"][i, :len(r.prompt_ids)],
                            out["routes"][i, :max(n - 1, 0)]])
-  return routes[r.routes_from:]
+  return routes_lib.compact(routes[r.routes_from:], num_experts)
 
 
-def _unpack(out: dict[str, np.ndarray], batch: Sequence[_Request],
-            version: str) -> list[GenerationResult]:
+def _unpack(out: dict[str, np.ndarray], batch: Sequence[_Request], version: str,
+            num_experts: int = 0) -> list[GenerationResult]:
   results = []
   for i, r in enumerate(batch):
     n = int(out["num_tokens"][i])
@@ -159,7 +162,7 @@ def _unpack(out: dict[str, np.ndarray], batch: Sequence[_Request],
         finish_reason="abort" if r.aborted else reason, weight_version=version,
         prompt_tokens=len(r.prompt_ids), rid=r.rid,
         error="aborted while its batch was running" if r.aborted else None,
-        routed_experts=_routes(out, i, r, n)))
+        routed_experts=_routes(out, i, r, n, num_experts)))
   return results
 
 
@@ -272,7 +275,7 @@ class JaxEngine(Engine):
     max_steps = bucket(max(r.params.max_new_tokens for r in batch), self.min_len_bucket)
     out = decode.generate_jit(params, self.cfg, **args, max_steps=max_steps, vocab=self.vocab,
                               record_routes=self.record_routes)
-    return _unpack(jax.device_get(out), batch, version)
+    return _unpack(jax.device_get(out), batch, version, self.cfg.num_experts)
 
   @property
   def running_rids(self) -> set[str]:

@@ -86,6 +86,7 @@ class Engine(abc.ABC):
   """Async generation engine.  Implementations must be safe for concurrent `generate` calls."""
 
   vocab_size: int
+  record_routes: bool = False  # `generate` takes routes_from= (MoE routing replay)
 
   @abc.abstractmethod
   async def generate(self, prompt_ids: Sequence[int], params: SamplingParams,

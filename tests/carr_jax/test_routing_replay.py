@@ -203,3 +203,43 @@ def test_the_engine_returns_the_routes_it_sampled_with():
   assert same.mean() >= 0.99, same.mean()
   with pytest.raises(ValueError, match="record_routes"):
     JaxEngine(params, get_preset("tiny_dense", vocab_size=512), record_routes=True)
+
+
+def test_a_multi_turn_episode_holds_the_routes_of_every_position_the_trainer_computes():
+  """The agent asks each turn for the positions it has not seen (routes_from), so after two
+  turns and a tool output between them the record's routes cover positions 0 .. L-2 exactly
+  (rollout.routes.check passes), stored as uint8; the packer reads them back."""
+  import asyncio
+
+  from carr_jax.model.engine import JaxEngine
+  from carr_jax.rl import packing
+  from rollout import agent
+  from rollout import routes as routes_lib
+  from rollout.engines.base import SamplingParams
+  from rollout.trajectory import Trajectory
+  cfg, params, _ = _setup("ragged")
+  sampling = SamplingParams(temperature=1.0, max_new_tokens=4, stop_token_ids=())
+
+  async def episode():
+    engine = JaxEngine(params, cfg, max_batch=2, record_routes=True)
+    traj = Trajectory.start("q", 0, list(range(3, 12)), [])
+    try:
+      for turn in range(2):
+        result = await agent._generate(engine, traj, sampling, f"q/0/{turn}")
+        assert result is not None, traj.error
+        traj.add_generated(result.output_ids, result.logprobs, result.weight_version)
+        if turn == 0:
+          traj.add_observation([20, 21, 22])  # a tool output between the turns
+    finally:
+      await engine.close()
+    traj.finish("completed")
+    return traj.to_record()
+  record = asyncio.run(episode())
+  assert routes_lib.check(record, cfg.num_layers, cfg.num_experts_per_tok,
+                          cfg.num_experts) is None
+  assert record["routed_experts"]["dtype"] == "|u1"
+  packed = packing.pack_trajectories([record], [1.0], packing.PackingConfig(
+      row_lengths=(64,), routes=(cfg.num_layers, cfg.num_experts_per_tok)))
+  n = len(record["token_ids"]) - 1
+  np.testing.assert_array_equal(packed.routes[0, :n], routes_lib.from_json(
+      record["routed_experts"]))
