@@ -21,6 +21,8 @@ JSON-serialisable dict the judge and the trainer read:
   timings                       generation_s, tool_s, total_s (wall clock, seconds; generation
                                 includes waiting in the engine's queue), turns,
                                 prompt_tokens, generated_tokens
+  routed_experts                only when the engine records routes (MoE routing replay):
+                                the experts of positions 0 .. L-2, rollout/routes.py's JSON form
 
   write_jsonl(path, records)  /  read_jsonl(path)   for inspection and replay.
   rollout_stats(records)                             scalars for TensorBoard.
