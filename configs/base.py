@@ -16,14 +16,14 @@ import ml_collections
 from ml_collections.config_dict import placeholder
 
 from carr_jax.coldstart.step import SFTStepConfig
+from carr_jax.jobs.components import EngineConfig
+from carr_jax.jobs.pipeline import PipelineConfig
+from carr_jax.jobs.tasks import task_source
 from carr_jax.model.config import ARCHITECTURE, Qwen3Config
 from carr_jax.rl.loss import LossConfig
 from carr_jax.rl.packing import PackingConfig
 from carr_jax.rl.rewards import RewardConfig
 from carr_jax.rl.train_step import OptimConfig, StepConfig
-from carr_jax.jobs.components import EngineConfig
-from carr_jax.jobs.pipeline import PipelineConfig
-from carr_jax.jobs.tasks import task_source
 from judge.config import JudgeConfig
 from rollout.agent import RolloutConfig
 from rollout.tools.web import WebConfig
