@@ -145,6 +145,12 @@ class LossSums(NamedTuple):
   is_zeroed: jax.Array  # tokens whose importance weight was truncated to 0
   is_weight_min: jax.Array  # min of w over loss tokens (+inf when there are none)
   is_weight_max: jax.Array  # max of w over loss tokens (-inf when there are none)
+  # the trainer's log-probs (before the update) against the engine's, d = logp - rollout_logp
+  # (0 without rollout_logprobs): sum |d|, sum of Schulman's k3 of KL(pi_rollout || pi_theta)
+  # (e^d - 1 - d, the tokens sampled from the engine), tokens with |d| > ln 2
+  rollout_gap: jax.Array
+  rollout_k3: jax.Array
+  rollout_gap_over_ln2: jax.Array
 
 
 class LossMetrics(NamedTuple):
@@ -160,6 +166,9 @@ class LossMetrics(NamedTuple):
   is_weight_min: jax.Array
   is_weight_max: jax.Array
   is_zeroed_frac: jax.Array
+  rollout_gap: jax.Array  # mean |logp - rollout_logp| over loss tokens
+  rollout_k3: jax.Array  # mean k3 estimate of KL(pi_rollout || pi_theta)
+  rollout_gap_over_ln2_frac: jax.Array  # share of loss tokens with |logp - rollout_logp| > ln 2
   tokens: jax.Array
 
 
@@ -218,6 +227,9 @@ def token_loss_sums(logprobs: jax.Array, old_logprobs: jax.Array, advantages: ja
     else:
       kl = jnp.exp(ref_log_ratio) - 1.0 - ref_log_ratio
   per_token = policy_term + cfg.kl_coef * kl if cfg.kl_coef != 0.0 else policy_term
+  gap = jnp.zeros_like(logp)  # the trainer's log-probs against the engine's, not differentiated
+  if rollout_logprobs is not None:
+    gap = jnp.clip(jax.lax.stop_gradient(logp) - const(rollout_logprobs), -c, c)
 
   masked_sum = lambda x: jnp.sum(jnp.where(mask, x, 0.0))
   count = lambda x: jnp.sum(mask & x, dtype=jnp.int32)
@@ -234,6 +246,9 @@ def token_loss_sums(logprobs: jax.Array, old_logprobs: jax.Array, advantages: ja
       is_zeroed=count(~keep),
       is_weight_min=jnp.min(jnp.where(mask, weight, jnp.inf)),
       is_weight_max=jnp.max(jnp.where(mask, weight, -jnp.inf)),
+      rollout_gap=masked_sum(jnp.abs(gap)),
+      rollout_k3=masked_sum(jnp.exp(gap) - 1.0 - gap),
+      rollout_gap_over_ln2=count(jnp.abs(gap) > jnp.log(2.0)),
   )
 
 
@@ -263,4 +278,6 @@ def finalize(sums: LossSums) -> LossMetrics:
       is_weight_mean=mean(sums.is_weight),
       is_weight_min=jnp.where(has, sums.is_weight_min, 0.0),
       is_weight_max=jnp.where(has, sums.is_weight_max, 0.0),
-      is_zeroed_frac=mean(sums.is_zeroed), tokens=sums.tokens)
+      is_zeroed_frac=mean(sums.is_zeroed), rollout_gap=mean(sums.rollout_gap),
+      rollout_k3=mean(sums.rollout_k3),
+      rollout_gap_over_ln2_frac=mean(sums.rollout_gap_over_ln2), tokens=sums.tokens)

@@ -5,6 +5,8 @@ to the token log-probs derived by hand (checked once against central finite diff
 Tolerances: 1e-5 for losses and gradients (fp32 JAX vs float64 NumPy).
 Run: .venv/bin/python -m pytest tests/carr_jax/test_loss.py -q
 """
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -332,3 +334,22 @@ def test_chunked_logprobs_accumulate_bf16_inputs_in_fp32():
                                      targets, 1.0)
   np.testing.assert_allclose(logp, want_lp, atol=TOL, rtol=0)
   np.testing.assert_allclose(ent, want_ent, atol=TOL, rtol=0)
+
+
+def test_the_gap_to_the_rollout_logprobs_is_reported_not_differentiated():
+  """d = logp - rollout_logp on loss tokens only: mean |d|, mean k3 (e^d - 1 - d) and the
+  share with |d| > ln 2, worked by hand; the loss and its gradient do not depend on it."""
+  logp = jnp.array([[-1.0, -2.0, -0.5, -3.0]])
+  rollout = jnp.array([[-1.0, -1.0, -0.5 - math.log(3.0), 9.0]])  # last: masked garbage
+  mask = jnp.array([[1.0, 1.0, 1.0, 0.0]])
+  adv, ent = jnp.ones((1, 4)), jnp.zeros((1, 4))
+  m = L.finalize(L.token_loss_sums(logp, logp, adv, mask, ent, rollout_logprobs=rollout))
+  d = np.array([0.0, -1.0, math.log(3.0)])
+  np.testing.assert_allclose(m.rollout_gap, np.abs(d).mean(), atol=1e-5)
+  np.testing.assert_allclose(m.rollout_k3, (np.exp(d) - 1 - d).mean(), atol=1e-5)
+  np.testing.assert_allclose(m.rollout_gap_over_ln2_frac, 2 / 3, atol=1e-5)
+  grad = lambda r: jax.grad(lambda x: L.token_loss_sums(  # noqa: E731
+      x, jax.lax.stop_gradient(x), adv, mask, ent, rollout_logprobs=r).loss)(logp)
+  np.testing.assert_array_equal(grad(rollout), grad(logp))  # the gap changes no gradient
+  none = L.finalize(L.token_loss_sums(logp, logp, adv, mask, ent))
+  assert float(none.rollout_gap) == float(none.rollout_k3) == 0.0
