@@ -54,8 +54,28 @@ def split_last(questions: list, eval_fraction: float):
   return questions[:cut], questions[cut:]
 
 
+class _Style:
+  """What a style does unless it says otherwise: nothing drawn after the questions, no stale
+  page, no extra page, the answer entity's name as the label."""
+
+  def prepare(self, questions: list, rng: random.Random) -> Any:
+    """What the style draws after the questions (and their names' marks); None here."""
+    return None
+
+  def stale(self, train: list) -> frozenset:
+    """Glossary terms whose page is stale (none but in reference and chain worlds)."""
+    return frozenset()
+
+  def pages(self, graph, questions: list, state: Any, stale: frozenset) -> dict:
+    """The pages the evidence adds to the entities' own (none here)."""
+    return {}
+
+  def label(self, graph, q, gold: dict) -> str:
+    return gold["entities"]["E0"]["name"]
+
+
 @dataclasses.dataclass(frozen=True)
-class Deep:
+class Deep(_Style):
   """Vague-clue questions of `min_hops`..`max_hops` hops, a `shortcut_fraction` of them with a
   shortcut."""
   min_hops: int = 2
@@ -75,26 +95,11 @@ class Deep:
     return compose.generate_questions(graph, pages, rng, num_questions,
                                       self.shortcut_fraction, self.min_hops, self.max_hops)
 
-  def prepare(self, questions: list, rng: random.Random) -> Any:
-    """What the style draws after the questions (and their names' marks); None here."""
-    return None
-
   def split(self, graph, questions: list, rng: random.Random, eval_fraction: float):
     return split_by_answer(questions, rng, eval_fraction)
 
-  def stale(self, train: list) -> frozenset:
-    """Glossary terms whose page is stale (none but in reference and chain worlds)."""
-    return frozenset()
-
-  def pages(self, graph, questions: list, state: Any, stale: frozenset) -> dict:
-    """The pages the evidence adds to the entities' own (none here)."""
-    return {}
-
   def gold(self, graph, pages, q, state: Any, stale: frozenset) -> dict:
     return compose.gold_annotations(graph, pages, q)
-
-  def label(self, graph, q, gold: dict) -> str:
-    return gold["entities"]["E0"]["name"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +137,7 @@ class Kinds(Deep):
 
 
 @dataclasses.dataclass(frozen=True)
-class Lookup:
+class Lookup(_Style):
   """Kind questions whose evidence is a glossary page; a `shortcut_fraction` of them
   answerable without it."""
   shortcut_fraction: float = 0.25
@@ -145,9 +150,6 @@ class Lookup:
     return lookup.generate_lookup_questions(graph, pages, rng, num_questions,
                                             self.shortcut_fraction)
 
-  prepare = Deep.prepare
-  stale = Deep.stale
-
   def split(self, graph, questions: list, rng: random.Random, eval_fraction: float):
     return split_last(questions, eval_fraction)
 
@@ -156,8 +158,6 @@ class Lookup:
 
   def gold(self, graph, pages, q, state: Any, stale: frozenset) -> dict:
     return lookup.gold_annotations(graph, q, lookup.question_term(q) in stale)
-
-  label = Deep.label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +226,7 @@ def style_keys(cls) -> tuple[str, ...]:
                                                     else ())
 
 
-def make_style(name: str, **keys) -> Deep | Lookup:
+def make_style(name: str, **keys) -> _Style:
   """The style `name` with its settings from `keys` (the `world` keys it reads); a key it does
   not read is an error naming the styles that do."""
   if name not in STYLES:
