@@ -42,6 +42,7 @@ def side(args) -> dict:
   from carr_jax.rl import packing
   from carr_jax.model import sharding
   from carr_jax.rl import loss as loss_lib
+  from carr_jax.rl import optim
   from carr_jax.rl import train_step as ts
   from carr_jax.model import restricted_vocab
   from carr_jax.model.config import get_preset
@@ -51,7 +52,7 @@ def side(args) -> dict:
   ids = np.sort(rng.choice(cfg.vocab_size, args.ids, replace=False)).astype(np.int64)
   vocab = RestrictedVocab(tuple(int(i) for i in ids)) if args.side == "subset" else None
   mesh = sharding.make_mesh({"data": 1, "fsdp": 1, "expert": 1, "tensor": 1}, jax.devices()[:1])
-  tx = ts.make_optimizer(ts.OptimConfig(learning_rate=1e-4))
+  tx = optim.make_optimizer(optim.OptimConfig(learning_rate=1e-4))
   state, shardings = ts.create_train_state(cfg, tx, mesh, 0)
   step_cfg = ts.StepConfig(logprob_chunk=512, loss_positions=True, vocab=vocab)
   step = ts.make_train_step(cfg, loss_lib.LossConfig(), step_cfg, tx, mesh, shardings)

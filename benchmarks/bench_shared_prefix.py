@@ -35,6 +35,7 @@ def side(args) -> dict:
   from carr_jax.jobs.sft_train import sft_examples
   from carr_jax.jobs.tasks import TaskLoader
   from carr_jax.model import sharding
+  from carr_jax.rl import optim
   from carr_jax.rl import train_step as ts
   from lab.configs import lookup_cpu
   from rollout.chat import ChatFormat
@@ -45,7 +46,7 @@ def side(args) -> dict:
     examples = sft_examples(config, ChatFormat(qwen3_tokenizer()), tmp)
   loader = TaskLoader(examples, config.sft.batch_size, args.seed, config.sft.epochs)
   cfg, vocab = components.model_config(config), components.output_vocab(config)
-  tx = ts.make_optimizer(components.optim_config(config))
+  tx = optim.make_optimizer(components.optim_config(config))
   mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
   state, shardings = ts.create_train_state(cfg, tx, mesh, config.seed)
   step_cfg = components.sft_step_config(config, vocab)

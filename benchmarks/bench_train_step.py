@@ -67,6 +67,7 @@ def run_jax(args, gather: bool, recompute: bool = False) -> dict:
   from carr_jax.rl import loss as loss_lib
   from carr_jax.rl import packing
   from carr_jax.model import sharding
+  from carr_jax.rl import optim
   from carr_jax.rl import train_step as ts
   from carr_jax.model.config import get_preset
   cfg = get_preset("bench_50m")
@@ -77,7 +78,7 @@ def run_jax(args, gather: bool, recompute: bool = False) -> dict:
   if gather:
     batch["loss_index"], batch["loss_valid"] = packing.loss_positions(mask > 0, 128)
   mesh = sharding.make_mesh({"data": 1})
-  tx = ts.make_optimizer(ts.OptimConfig(learning_rate=1e-6))
+  tx = optim.make_optimizer(optim.OptimConfig(learning_rate=1e-6))
   state, shardings = ts.create_train_state(cfg, tx, mesh, seed=0)
   step_cfg = ts.StepConfig(micro_batches=1, logprob_chunk=args.chunk, loss_positions=gather,
                            on_policy=gather and not recompute)

@@ -21,9 +21,10 @@ from carr_jax.jobs.pipeline import PipelineConfig
 from carr_jax.jobs.tasks import task_source
 from carr_jax.model.config import ARCHITECTURE, Qwen3Config
 from carr_jax.rl.loss import LossConfig
+from carr_jax.rl.optim import OptimConfig
 from carr_jax.rl.packing import PackingConfig
 from carr_jax.rl.rewards import RewardConfig
-from carr_jax.rl.train_step import OptimConfig, StepConfig
+from carr_jax.rl.train_step import StepConfig
 from judge.config import JudgeConfig
 from rollout.agent import RolloutConfig
 from rollout.tools.web import WebConfig
@@ -107,13 +108,14 @@ def get_config() -> ml_collections.ConfigDict:
   add_fields(c.loss, LossConfig)
 
   c.optim = ml_collections.ConfigDict()
-  # carr_jax/rl/train_step.py: learning_rate, warmup_steps, decay_from, decay_steps, b1, b2,
+  # carr_jax/rl/optim.py: learning_rate, warmup_steps, decay_from, decay_steps, b1, b2,
   # eps, weight_decay, grad_clip_norm
   add_fields(c.optim, OptimConfig)
 
   c.batch = ml_collections.ConfigDict()
   # carr_jax/rl/train_step.py, carr_jax/coldstart/step.py, carr_jax/rl/packing.py:
-  # micro_batches, logprob_chunk, row_lengths, coarse_rows, overflow, pad_id, prefix_multiple
+  # micro_batches, logprob_chunk, skip_zero_gradient, row_lengths, coarse_rows, overflow, pad_id,
+  # prefix_multiple
   # (the skipped fields carr_jax.jobs.components computes from other keys)
   add_fields(c.batch, StepConfig, SFTStepConfig, PackingConfig,
              skip=("temperature", "loss_positions", "on_policy", "shared_prefix", "vocab",

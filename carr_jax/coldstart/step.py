@@ -13,7 +13,7 @@ most tokens are tool observations. With a restricted output vocabulary (`SFTStep
 carr_jax/model/restricted_vocab.py) every batch's loss tokens must lie in it (`make_batch`
 checks).
 The step is the RL step's machinery (`train_step.Objective`): sharded state, micro-batches,
-the optimizer of `train_step.make_optimizer` (paper SFT: lr 4e-5).
+the optimizer of `optim.make_optimizer` (paper SFT: lr 4e-5).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class SFTStepConfig:
 
 def sft_batch_keys(step_cfg: SFTStepConfig) -> tuple[str, ...]:
   """The batch keys the SFT step reads."""
-  return SFT_BATCH_KEYS + (ts.SHARED_KEYS if step_cfg.shared_prefix else ())
+  return SFT_BATCH_KEYS + (ts.PREFIX_KEYS if step_cfg.shared_prefix else ())
 
 
 def loss_sums(params, cfg: Qwen3Config, step_cfg: SFTStepConfig, batch: dict):

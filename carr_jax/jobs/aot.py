@@ -89,7 +89,8 @@ def abstract_batch(mesh, keys, rows: int, row_length: int, loss_positions: int) 
   from carr_jax.rl import train_step as ts
   ints = {"tokens", "positions", "segment_ids", "targets", "loss_index", "prefix_tokens"}
   width = {"loss_index": loss_positions, "loss_valid": loss_positions}
-  shape = lambda k: (0,) if k in ts.SHARED_KEYS else (rows, width.get(k, row_length))  # noqa: E731
+  shape = lambda k: ((0,) if k in ts.PREFIX_KEYS else () if k in ts.TOTAL_KEYS  # noqa: E731
+                     else (rows, width.get(k, row_length)))
   return {k: jax.ShapeDtypeStruct(shape(k), jnp.int32 if k in ints else jnp.float32,
                                   sharding=ts.key_sharding(mesh, k, len(shape(k))))
           for k in keys}
@@ -140,6 +141,7 @@ def compile_config(config, devices, rows: int = 0, row_length: int = 0) -> tuple
   from carr_jax.jobs import components
   from carr_jax.model import flops as flops_lib
   from carr_jax.model import sharding
+  from carr_jax.rl import optim
   from carr_jax.rl import train_step as ts
   mesh = sharding.make_mesh({a: config.mesh[a] for a in sharding.AXES}, devices)
   target = int(config.mesh.get("target_devices", 0))
@@ -147,7 +149,7 @@ def compile_config(config, devices, rows: int = 0, row_length: int = 0) -> tuple
     raise ValueError(f"the config is written for {target} chips, the topology has "
                      f"{len(devices)}")
   cfg, vocab = components.model_config(config), components.output_vocab(config)
-  tx = ts.make_optimizer(components.optim_config(config))
+  tx = optim.make_optimizer(components.optim_config(config))
   row_length = row_length or max(config.batch.row_lengths)
   rows = rows or worst_case_rows(config, mesh, cfg.vocab_size, row_length)
   state, shardings = ts.abstract_train_state(cfg, tx, mesh)

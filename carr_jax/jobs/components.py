@@ -28,12 +28,13 @@ import os
 from typing import Any
 
 from carr_common.sections import from_section
+from carr_jax.jobs.pipeline import PipelineConfig
 from carr_jax.model.config import ARCHITECTURE, Qwen3Config, get_preset
 from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.rl import loss as loss_lib
+from carr_jax.rl import optim
 from carr_jax.rl import packing
 from carr_jax.rl import rewards
-from carr_jax.jobs.pipeline import PipelineConfig
 from carr_jax.rl import train_step as ts
 
 ENGINES = ("jax", "sglang")
@@ -98,8 +99,8 @@ def output_vocab(config: Any) -> RestrictedVocab | None:
   return RestrictedVocab(source.output_ids(config, ChatFormat(tokenizer(config))))
 
 
-def optim_config(config: Any) -> ts.OptimConfig:
-  return from_section(ts.OptimConfig, config.optim)
+def optim_config(config: Any) -> optim.OptimConfig:
+  return from_section(optim.OptimConfig, config.optim)
 
 
 def loss_config(config: Any) -> loss_lib.LossConfig:

@@ -64,8 +64,9 @@ _BATCH_DTYPES = {"tokens": np.int32, "targets": np.int32, "loss_mask": np.float3
                  "segment_ids": np.int32, "positions": np.int32}
 
 
-def share_batch(batch: dict | None) -> dict | None:
-  """Process 0's packed batch (or None) on every process; identity on a single process."""
+def share_batch(batch: dict | None, scalars: tuple[str, ...] = ()) -> dict | None:
+  """Process 0's packed batch (or None) on every process, with its float `scalars` (such as
+  `loss_total`); identity on a single process."""
   if jax.process_count() == 1:
     return batch
   from jax.experimental import multihost_utils
@@ -76,7 +77,22 @@ def share_batch(batch: dict | None) -> dict | None:
     return None
   template = ({k: np.asarray(batch[k], d) for k, d in _BATCH_DTYPES.items()} if lead else
               {k: np.zeros(tuple(shape), d) for k, d in _BATCH_DTYPES.items()})
+  template.update({k: np.float32(batch[k] if lead else 0.0) for k in scalars})
   return multihost_utils.broadcast_one_to_all(template)
+
+
+def trained_groups(usable: np.ndarray, zero_gradient: np.ndarray, skip: bool) -> np.ndarray:
+  """[P, G] the `usable` [P, G] rollouts a step trains on: all of them, or with `skip`
+  (`batch.skip_zero_gradient`) those of groups whose `zero_gradient` [P] is False; when every
+  usable group is zero-gradient, the first of them, so the optimizer steps as it would."""
+  if not skip:
+    return usable
+  trained = usable & ~zero_gradient[:, None]
+  if trained.any() or not usable.any():
+    return trained
+  first = np.zeros_like(usable)
+  first[int(np.argmax(usable.any(axis=1)))] = True
+  return usable & first
 
 
 class Trainer:
@@ -100,6 +116,10 @@ class Trainer:
     run = run_setup.setup_run(config, self.workdir)
     self.mesh, self.cfg, self.tx, self.pack_cfg = run.mesh, run.cfg, run.tx, run.pack_cfg
     self.step_cfg = components.step_config(config, run.vocab)
+    if self.step_cfg.skip_zero_gradient and (self.loss_cfg.kl_coef or (
+        self.cfg.is_moe and self.cfg.router_aux_loss_coef)):
+      raise ValueError("batch.skip_zero_gradient keeps the gradient only when zero-advantage "
+                       "tokens have none: set loss.kl_coef=0 and no router aux loss")
     self.state, self.shardings = run.state, run.shardings
     self.start_step = run.start_step
     if run.data is not None:
@@ -177,7 +197,8 @@ class Trainer:
                                            self.reward_cfg)
     unroutable = self.route_failures(flat).reshape(p, g)  # [P, G]
     usable = ~((status == "failed") | unroutable).any(axis=1, keepdims=True) & adv.keep & fresh
-    keep = [i for i in range(p * g) if usable.reshape(-1)[i]]
+    trained = trained_groups(usable, adv.zero_gradient, self.step_cfg.skip_zero_gradient)
+    keep = [i for i in range(p * g) if trained.reshape(-1)[i]]
     metrics = {**step_stats.reward_metrics(adv),
                "rollout/dropped_groups": float(np.mean(~usable.any(axis=1)))}
     if self.pack_cfg.routes:
@@ -193,6 +214,10 @@ class Trainer:
       batch = packing.split_shared_prefix(batch, self.pack_cfg.prefix_multiple)
     metrics["train/packing_prefix"] = float(len(batch.get("prefix_tokens", ())))
     batch["loss_mask"] = batch["loss_mask"].astype(np.float32)
+    if self.step_cfg.skip_zero_gradient:
+      every = [flat[i] for i in range(p * g) if usable.reshape(-1)[i]]
+      batch["loss_total"] = np.float32(packing.loss_token_count(every, self.pack_cfg))
+      metrics["train/left_out_groups"] = float(np.mean(usable.any(axis=1) & ~trained.any(axis=1)))
     return batch, metrics
 
   def route_failures(self, flat) -> np.ndarray:
@@ -305,7 +330,7 @@ class Trainer:
     if self.lead:
       batch, metrics = self.judged(step, *collected)
       metrics["perf/trainer_idle_s"] = waited
-    batch = share_batch(batch)
+    batch = share_batch(batch, ts.TOTAL_KEYS if self.step_cfg.skip_zero_gradient else ())
     t1 = time.perf_counter()
     if batch is not None:
       metrics.update(self.update(batch))

@@ -24,6 +24,7 @@ import jax
 
 from carr_jax.jobs import components
 from carr_jax.model import sharding
+from carr_jax.rl import optim
 from carr_jax.rl import packing
 from carr_jax.rl import train_step as ts
 from carr_jax.runs import checkpointing as ckpt_lib
@@ -88,7 +89,7 @@ def setup_run(config, workdir: str) -> RunSetup:
   cfg, vocab = components.model_config(config), components.output_vocab(config)
   if vocab is not None:
     vocab.check_fits(cfg.vocab_size)
-  tx = ts.make_optimizer(components.optim_config(config))
+  tx = optim.make_optimizer(components.optim_config(config))
   checkpointer = ckpt_lib.TrainCheckpointer(
       ckpt_lib.checkpoint_dir(workdir), save_every=config.checkpoint.every,
       keep=config.checkpoint.keep, export_fn=hf_export_fn(config, cfg, workdir),

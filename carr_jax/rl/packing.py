@@ -233,6 +233,17 @@ def pack_trajectories(records: Sequence[Mapping[str, Any]], advantages: Sequence
   return PackedBatch(num_truncated=num_truncated, **out)
 
 
+def loss_token_count(records: Sequence[Mapping[str, Any]], cfg: PackingConfig) -> int:
+  """The loss tokens `pack_trajectories(records, ..., cfg)` would hold (its `loss_mask`
+  sum, truncation included), without packing."""
+  max_slots = max(cfg.row_lengths)
+  total = 0
+  for i, r in enumerate(records):
+    ids, mask, _ = _validated(i, r, cfg)
+    total += int(np.count_nonzero(mask[1:min(len(ids) - 1, max_slots) + 1]))
+  return total
+
+
 def _routes_of(record: Mapping[str, Any], i: int, n: int, shape: tuple[int, int]) -> np.ndarray:
   """The first `n` positions' routed experts [n, layers, k] of trajectory `i` (checked)."""
   from rollout import routes

@@ -1,4 +1,4 @@
-"""Train state, optimizer and the jitted, sharded C-GRPO train step.
+"""Train state and the jitted, sharded C-GRPO train step.
 
 `train_step(state, batch) -> (state, metrics)` is one `jax.jit` with explicit in/out
 shardings and the state donated. Inside it the global batch is cut into `micro_batches`
@@ -28,16 +28,20 @@ once per micro-batch (`Qwen3.hidden_and_aux`). With `StepConfig.routing_replay` 
 also holds `routes` [R, S, layers, k] int32, the experts the rollout engine chose for each
 slot's input token (`carr_jax.rl.packing`), and every MoE layer of the forward and backward
 uses them (`moe.route`'s replay; the router still learns from its own probabilities of them).
+With `StepConfig.skip_zero_gradient` the trainer leaves out of the batch the groups whose
+rewards are all equal (every advantage 0: each of their tokens has a zero loss gradient) and
+the batch holds `loss_total` [], the loss tokens of every group it would otherwise hold, the
+divisor in their place: the same loss and gradient for fewer FLOPs, up to float rounding. It
+needs `loss.kl_coef` = 0 and no router aux loss (both give such tokens a gradient); `loss` is
+the objective's value still, the other token statistics (`tokens`, clip fractions, entropy,
+the rollout gap) then cover the trained groups only.
 
-Optimizer: AdamW (paper: lr 2e-6 constant, betas 0.9/0.98, weight decay 0.1) with optional
-linear warmup, a final linear decay to 0 (warmup-stable-decay) and global-norm clipping;
-weight decay skips norm scales (Megatron's default, which the release inherits). Master
-weights stay in the params' dtype (fp32); the model casts to its compute dtype.
+The optimizer is `carr_jax.rl.optim`'s. Master weights stay in the params' dtype (fp32); the
+model casts to its compute dtype.
 """
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any, Callable
 
 import flax
@@ -59,19 +63,6 @@ BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_mask", "adv
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimConfig:
-  learning_rate: float = 2e-6  # after warmup (paper: 2e-6, constant)
-  warmup_steps: int = 0  # linear warmup (paper: none)
-  decay_from: int = 0  # with decay_steps > 0: from this step, linear decay to 0 ...
-  decay_steps: int = 0  # ... over this many steps (warmup-stable-decay); 0: constant (paper)
-  b1: float = 0.9
-  b2: float = 0.98  # (paper: 0.98)
-  eps: float = 1e-8  # Adam's epsilon; larger damps updates of parameters with tiny gradients
-  weight_decay: float = 0.1  # (paper: 0.1)
-  grad_clip_norm: float = 1.0  # 0 disables global-norm clipping
-
-
-@dataclasses.dataclass(frozen=True)
 class StepConfig:
   micro_batches: int = 1  # gradient accumulation: slices of the batch run one after another
   temperature: float = 1.0  # the sampling temperature; logits are divided by it
@@ -80,11 +71,14 @@ class StepConfig:
   on_policy: bool = False  # old log-probs = this step's own, gradient stopped (the docstring)
   shared_prefix: bool = False  # the batch holds prefix_tokens (see the docstring)
   routing_replay: bool = False  # the batch holds routes (see the docstring)
+  skip_zero_gradient: bool = False  # the batch holds loss_total, not every group (docstring)
   vocab: RestrictedVocab | None = None  # the loss's output vocabulary (None: all ids)
 
 
 LOSS_POSITION_KEYS = ("loss_index", "loss_valid")
-SHARED_KEYS = ("prefix_tokens",)  # batch arrays without a row axis: whole on every device
+PREFIX_KEYS = ("prefix_tokens",)  # [P] the rows' shared leading tokens
+TOTAL_KEYS = ("loss_total",)  # [] float32: the loss sum's divisor (skip_zero_gradient)
+SHARED_KEYS = PREFIX_KEYS + TOTAL_KEYS  # batch arrays without a row axis: whole everywhere
 ROUTE_KEYS = ("routes",)  # [R, S, layers, k]: rows split like the tokens
 
 
@@ -93,38 +87,6 @@ class TrainState:
   step: jax.Array  # int32 []
   params: Any
   opt_state: Any
-
-
-def _decay_mask(params):
-  return jax.tree_util.tree_map_with_path(
-      lambda path, _: not re.search(r"norm", sharding.path_str(path)), params)
-
-
-def learning_rate(cfg: OptimConfig) -> Any:
-  """A float, or optax's schedule: linear warmup, constant, then linear decay to 0."""
-  if cfg.warmup_steps <= 0 and cfg.decay_steps <= 0:
-    return cfg.learning_rate
-  if cfg.decay_steps > 0 and cfg.decay_from < cfg.warmup_steps:
-    raise ValueError(f"optim.decay_from={cfg.decay_from} is inside the warmup "
-                     f"(optim.warmup_steps={cfg.warmup_steps})")
-  pieces, bounds = [], []
-  if cfg.warmup_steps > 0:
-    pieces.append(optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps))
-    bounds.append(cfg.warmup_steps)
-  pieces.append(optax.constant_schedule(cfg.learning_rate))
-  if cfg.decay_steps > 0:
-    pieces.append(optax.linear_schedule(cfg.learning_rate, 0.0, cfg.decay_steps))
-    bounds.append(cfg.decay_from)
-  return optax.join_schedules(pieces, bounds)
-
-
-def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
-  lr = learning_rate(cfg)
-  adamw = optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
-                      weight_decay=cfg.weight_decay, mask=_decay_mask)
-  if cfg.grad_clip_norm > 0:
-    return optax.chain(optax.clip_by_global_norm(cfg.grad_clip_norm), adamw)
-  return adamw
 
 
 def state_shardings(abstract_state: TrainState, tx, mesh: Mesh) -> TrainState:
@@ -258,8 +220,9 @@ def step_batch_keys(loss_cfg: loss_lib.LossConfig, step_cfg: StepConfig,
   base = tuple(k for k in base if not (step_cfg.on_policy and k == "old_logprobs"))
   return (base + (("ref_logprobs",) if loss_cfg.kl_coef else ())
           + (LOSS_POSITION_KEYS if step_cfg.loss_positions else ())
-          + (SHARED_KEYS if step_cfg.shared_prefix else ())
-          + (ROUTE_KEYS if step_cfg.routing_replay else ()))
+          + (PREFIX_KEYS if step_cfg.shared_prefix else ())
+          + (ROUTE_KEYS if step_cfg.routing_replay else ())
+          + (TOTAL_KEYS if step_cfg.skip_zero_gradient else ()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,6 +280,21 @@ def _empty_sums() -> loss_lib.LossSums:
                               for f in loss_lib.LossSums._fields})
 
 
+def _loss_total(batch: dict) -> jax.Array:
+  """The divisor of the loss sum: the batch's loss tokens, or `loss_total` when the batch
+  leaves zero-gradient groups out (`StepConfig.skip_zero_gradient`); at least 1."""
+  if "loss_total" in batch:
+    return jnp.maximum(batch["loss_total"].astype(jnp.float32), 1.0)
+  return jnp.maximum(jnp.sum(batch["loss_mask"].astype(jnp.float32)), 1.0)
+
+
+def _rl_metrics(stats: loss_lib.LossSums, total: jax.Array) -> dict:
+  """`loss.finalize`'s token means, the loss as the objective's value (its sum / `total`:
+  the same number unless the batch left zero-gradient groups out)."""
+  return {**loss_lib.finalize(stats)._asdict(), "loss": stats.loss / total,
+          "policy_loss": stats.policy_loss / total}
+
+
 def rl_objective(cfg: Qwen3Config, loss_cfg: loss_lib.LossConfig,
                  step_cfg: StepConfig) -> Objective:
   """C-GRPO (Eq. 15): `loss.token_loss_sums` over the generated tokens of the batch."""
@@ -329,9 +307,9 @@ def rl_objective(cfg: Qwen3Config, loss_cfg: loss_lib.LossConfig,
         cfg=loss_cfg)
     return stats.loss, stats, aux
   return Objective(
-      sums=sums, total=lambda b: jnp.maximum(jnp.sum(b["loss_mask"].astype(jnp.float32)), 1.0),
+      sums=sums, total=_loss_total,
       empty=_empty_sums, combine=loss_lib.combine,
-      metrics=lambda stats, _: loss_lib.finalize(stats)._asdict())
+      metrics=_rl_metrics)
 
 
 def train_step_fn(cfg: Qwen3Config, loss_cfg: loss_lib.LossConfig, step_cfg: StepConfig,
@@ -369,7 +347,7 @@ def logprob_batch_keys(step_cfg: StepConfig) -> tuple[str, ...]:
   """The batch keys the log-prob function reads."""
   return (("tokens", "positions", "segment_ids", "targets")
           + (LOSS_POSITION_KEYS if step_cfg.loss_positions else ())
-          + (SHARED_KEYS if step_cfg.shared_prefix else ())
+          + (PREFIX_KEYS if step_cfg.shared_prefix else ())
           + (ROUTE_KEYS if step_cfg.routing_replay else ()))
 
 

@@ -53,6 +53,7 @@ def get_config(arg=None):
   c.batch.logprob_chunk = 512
   c.batch.loss_positions_multiple = 128
   c.loss.importance_sampling = "icepop"  # as the release
+  c.batch.skip_zero_gradient = True  # most groups here are all right or all wrong
   c.optim.learning_rate = 1e-4
   c.optim.weight_decay = 0.0
   c.train.num_steps = 30

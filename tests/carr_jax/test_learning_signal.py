@@ -30,6 +30,7 @@ from carr_jax.model import qwen3 as model_lib
 from carr_jax.model import sharding
 from carr_jax.model.config import get_preset
 from carr_jax.rl import loss as loss_lib
+from carr_jax.rl import optim
 from carr_jax.rl import packing
 from carr_jax.rl import train_step as ts
 
@@ -162,7 +163,7 @@ def test_one_step_raises_positive_lowers_negative_and_ignores_masked_tokens():
 
   mesh = sharding.make_mesh({"data": 2}, jax.devices()[:2])
   # The real optimizer; its first step moves every weight by about lr (Adam: g / |g|).
-  tx = ts.make_optimizer(ts.OptimConfig(learning_rate=1e-4))
+  tx = optim.make_optimizer(optim.OptimConfig(learning_rate=1e-4))
   loss_cfg, step_cfg = loss_lib.LossConfig(), ts.StepConfig()
   state0, shardings = ts.create_train_state(CFG, tx, mesh, seed=0)  # never donated itself
   step = ts.make_train_step(CFG, loss_cfg, step_cfg, tx, mesh, shardings)
@@ -211,7 +212,7 @@ def test_one_step_raises_positive_lowers_negative_and_ignores_masked_tokens():
     np.testing.assert_array_equal(x, y)
   moved = optax.tree.norm(jax.tree.map(np.subtract, after_m, before_m))
   decay = 1e-4 * 0.1 * optax.tree.norm(jax.tree.map(  # lr * wd * |decayed params|
-      lambda p, keep: p * keep, before_m, ts._decay_mask(before_m)))
+      lambda p, keep: p * keep, before_m, optim._decay_mask(before_m)))
   np.testing.assert_allclose(moved, decay, rtol=1e-3)
 
   # Garbage (NaN, huge) advantages / old / rollout log-probs at masked slots change nothing.

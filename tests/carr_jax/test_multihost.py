@@ -33,7 +33,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MESH = {"data": 2, "fsdp": 2}
 TIMEOUT_S = 600  # a process that waits on a collective its peer never joins fails the test
 
-# argv: coordinator port, process id, output directory, mesh as JSON; the repo on PYTHONPATH.
+# argv: coordinator port, process id, output directory, mesh as JSON, the worker's argument
+# as JSON; the repo on PYTHONPATH.
 PRELUDE = textwrap.dedent("""
     import json, os, sys
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
@@ -64,10 +65,12 @@ RL_WORKER = """
     from carr_jax.jobs.rl_train import share_batch
     from tests.carr_jax.test_multihost import lead_batch, with_loss_positions
     from tests.carr_jax.test_train_step import CFG, SGD
-    batch = share_batch(lead_batch() if jax.process_index() == 0 else None)
+    skip = json.loads(sys.argv[5])  # batch.skip_zero_gradient: the lead's loss_total too
+    batch = share_batch(lead_batch(skip) if jax.process_index() == 0 else None,
+                        ts.TOTAL_KEYS if skip else ())
     batch = with_loss_positions(batch)  # every process, after the broadcast (Trainer.update)
     state, shardings = ts.create_train_state(CFG, SGD, mesh, seed=0)
-    step_cfg = ts.StepConfig(micro_batches=2, loss_positions=True)
+    step_cfg = ts.StepConfig(micro_batches=2, loss_positions=True, skip_zero_gradient=skip)
     step = ts.make_train_step(CFG, loss_lib.LossConfig(), step_cfg, SGD, mesh, shardings)
     report(*step(state, batch))
 """
@@ -99,10 +102,13 @@ EXPORT_WORKER = """
 """
 
 
-def lead_batch():
-  """The batch as process 0 holds it after packing (old log-probs are added afterwards)."""
+def lead_batch(skip: bool = False):
+  """The batch as process 0 holds it after packing (old log-probs are added afterwards);
+  with `skip`, a `loss_total` above its own loss tokens (groups left out of it)."""
   batch = make_batch()
   del batch["old_logprobs"]
+  if skip:
+    batch["loss_total"] = np.float32(batch["loss_mask"].sum() + 17)
   return batch
 
 
@@ -130,13 +136,14 @@ def sft_run(mesh, steps=2):
   return state, metrics
 
 
-def run_two_processes(worker: str, out_dir, mesh=MESH) -> dict:
-  """Runs PRELUDE + worker in processes 0 and 1; process 0's RESULT line, parsed."""
+def run_two_processes(worker: str, out_dir, mesh=MESH, arg=None) -> dict:
+  """Runs PRELUDE + worker in processes 0 and 1 (`arg` as JSON in sys.argv[5]); process 0's
+  RESULT line, parsed."""
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO}
   env.pop("XLA_FLAGS", None)
   script, port = PRELUDE + textwrap.dedent(worker), str(free_port())
   procs = [subprocess.Popen([sys.executable, "-c", script, port, str(pid), str(out_dir),
-                             json.dumps(mesh)], env=env, stdout=subprocess.PIPE,
+                             json.dumps(mesh), json.dumps(arg)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
            for pid in (0, 1)]
   try:
@@ -162,9 +169,11 @@ def assert_same_step(multi: dict, metrics: dict, params) -> None:
 
 
 @pytest.mark.slow
-def test_two_processes_equal_one(tmp_path):
-  multi = run_two_processes(RL_WORKER, tmp_path)
-  state, metrics = run_steps(MESH, 2, with_loss_positions(lead_batch()), loss_positions=True)
+@pytest.mark.parametrize("skip", [False, True])
+def test_two_processes_equal_one(tmp_path, skip):
+  multi = run_two_processes(RL_WORKER, tmp_path, arg=skip)
+  state, metrics = run_steps(MESH, 2, with_loss_positions(lead_batch(skip)), loss_positions=True,
+                             skip_zero_gradient=skip)
   assert_same_step(multi, metrics[0], jax.device_get(state).params)
 
 

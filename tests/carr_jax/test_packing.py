@@ -162,6 +162,18 @@ def test_overflow_error_and_truncate():
   np.testing.assert_array_equal(b.loss_mask[where], np.asarray(recs[1]["loss_mask"][1:17]) == 1)
 
 
+@pytest.mark.parametrize("lengths,rows", [((5, 30, 1, 12), (8, 16)), ((3, 9, 20), (64,))])
+def test_loss_token_count_is_the_packed_loss_mask_sum(lengths, rows):
+  """With and without truncation (the first case cuts the 30-token trajectory to 16 slots)."""
+  recs = [_record(np.random.default_rng(n), n) for n in lengths]
+  cfg = pk.PackingConfig(row_lengths=rows, overflow="truncate")
+  packed = pk.pack_trajectories(recs, np.ones(len(recs)), cfg)
+  assert pk.loss_token_count(recs, cfg) == int(packed.loss_mask.sum()) > 0
+  if max(lengths) - 1 > max(rows):
+    assert packed.num_truncated == 1
+    assert pk.loss_token_count(recs, cfg) < sum(sum(r["loss_mask"][1:]) for r in recs)
+
+
 @pytest.mark.parametrize("mutate,match", [
     (lambda r: r.pop("loss_mask"), r"trajectory 0 \(p0/0\): missing field 'loss_mask'"),
     (lambda r: r["rollout_logprobs"].pop(), r"rollout_logprobs has length"),

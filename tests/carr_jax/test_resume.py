@@ -17,6 +17,7 @@ import numpy as np
 from carr_jax.model import sharding
 from carr_jax.model.config import get_preset
 from carr_jax.rl import loss as loss_lib
+from carr_jax.rl import optim
 from carr_jax.rl import train_step as ts
 from carr_jax.runs import checkpointing as ckpt_lib
 
@@ -39,7 +40,7 @@ def batch_for(step: int) -> dict:
 
 def setup():
   mesh = sharding.make_mesh(MESH)
-  tx = ts.make_optimizer(ts.OptimConfig(learning_rate=1e-3))
+  tx = optim.make_optimizer(optim.OptimConfig(learning_rate=1e-3))
   state, shardings = ts.create_train_state(CFG, tx, mesh, seed=0)
   step = ts.make_train_step(CFG, loss_lib.LossConfig(), ts.StepConfig(micro_batches=2), tx,
                             mesh, shardings)

@@ -8,6 +8,7 @@ import pytest
 from carr_jax.model import sharding
 from carr_jax.model.config import get_preset
 from carr_jax.rl import loss as loss_lib
+from carr_jax.rl import optim
 from carr_jax.rl import packing
 from carr_jax.rl import train_step as ts
 
@@ -38,11 +39,11 @@ def make_batch(rows=8, seq=16, seed=0):
 
 
 def run_steps(mesh_shape, micro_batches, batch, steps=1, loss_cfg=loss_lib.LossConfig(),
-              tx=SGD, loss_positions=False, on_policy=False):
+              tx=SGD, loss_positions=False, on_policy=False, skip_zero_gradient=False):
   mesh = sharding.make_mesh(mesh_shape, jax.devices()[:int(np.prod(list(mesh_shape.values())))])
   state, shardings = ts.create_train_state(CFG, tx, mesh, seed=0)
   step_cfg = ts.StepConfig(micro_batches=micro_batches, loss_positions=loss_positions,
-                           on_policy=on_policy)
+                           on_policy=on_policy, skip_zero_gradient=skip_zero_gradient)
   step = ts.make_train_step(CFG, loss_cfg, step_cfg, tx, mesh, shardings)
   metrics = []
   for _ in range(steps):
@@ -72,7 +73,7 @@ def test_sharded_step_equals_single_device():
   batch = make_batch()
   # The real AdamW for 2 steps; eps 1e-3 keeps its update a smooth function of the gradient
   # (with eps 1e-8 an entry with |g| ~ 1e-8 moves by ~lr on fp32 round-off alone).
-  tx = ts.make_optimizer(ts.OptimConfig(learning_rate=1e-3, eps=1e-3))
+  tx = optim.make_optimizer(optim.OptimConfig(learning_rate=1e-3, eps=1e-3))
   single, m1 = run_steps({"data": 1}, 2, batch, steps=2, tx=tx)
   sharded, m8 = run_steps({"data": 2, "fsdp": 2, "tensor": 2}, 2, batch, steps=2, tx=tx)
   for a, b in zip(m1, m8):
@@ -80,6 +81,37 @@ def test_sharded_step_equals_single_device():
       np.testing.assert_allclose(a[key], b[key], atol=1e-5, rtol=0)
   assert_trees_close(single.opt_state, sharded.opt_state, 1e-5)  # Adam moments: gradients
   assert_trees_close(single.params, sharded.params, 1e-5)
+
+
+def test_leaving_zero_advantage_rows_out_with_the_full_divisor_changes_nothing():
+  """skip_zero_gradient: rows 4-7 (advantage 0) left out, `loss_total` = the whole batch's
+  loss tokens: the same loss and update as the whole batch; the subset's own token count as
+  divisor (what leaving them out alone would do) is a different update."""
+  batch = make_batch()
+  batch["advantages"][4:] = 0.0
+  part = {k: v[:4] for k, v in batch.items()}
+  whole, m_whole = run_steps({"data": 2}, 2, batch)
+  skipped, m_skip = run_steps({"data": 2}, 2, dict(part, loss_total=batch["loss_mask"].sum()),
+                              skip_zero_gradient=True)
+  np.testing.assert_allclose(m_skip[0]["loss"], m_whole[0]["loss"], atol=1e-5, rtol=0)
+  np.testing.assert_allclose(m_skip[0]["grad_norm"], m_whole[0]["grad_norm"], atol=1e-5, rtol=0)
+  assert_trees_close(skipped.params, whole.params, 1e-5)
+  own, _ = run_steps({"data": 2}, 2, part)
+  gap = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
+            for a, b in zip(jax.tree.leaves(own.params), jax.tree.leaves(whole.params)))
+  assert gap > 1e-3
+
+
+def test_the_trainer_leaves_out_zero_gradient_groups_but_never_all():
+  from carr_jax.jobs.rl_train import trained_groups
+  usable = np.array([[True] * 2, [False] * 2, [True] * 2, [True] * 2])  # [P=4, G=2]
+  zero = np.array([True, False, False, True])
+  np.testing.assert_array_equal(trained_groups(usable, zero, skip=False), usable)
+  np.testing.assert_array_equal(trained_groups(usable, zero, skip=True)[:, 0],
+                                [False, False, True, False])
+  every_zero = trained_groups(usable, np.ones(4, bool), skip=True)  # the optimizer still steps
+  np.testing.assert_array_equal(every_zero[:, 0], [True, False, False, False])
+  assert not trained_groups(np.zeros_like(usable), zero, skip=True).any()
 
 
 def test_loss_matches_direct_computation_and_masked_tokens_get_no_gradient():
@@ -160,8 +192,8 @@ def test_kl_penalty_needs_reference_logprobs():
 
 
 def test_warmup_and_clipping_optimizer():
-  opt = ts.OptimConfig(learning_rate=1.0, warmup_steps=4, grad_clip_norm=0.5)
-  tx = ts.make_optimizer(opt)
+  opt = optim.OptimConfig(learning_rate=1.0, warmup_steps=4, grad_clip_norm=0.5)
+  tx = optim.make_optimizer(opt)
   params = {"w": jnp.ones(3), "norm": {"scale": jnp.ones(3)}}
   state = tx.init(params)
   grads = {"w": jnp.full(3, 10.0), "norm": {"scale": jnp.full(3, 10.0)}}
@@ -172,13 +204,13 @@ def test_warmup_and_clipping_optimizer():
 
 def test_warmup_stable_decay_schedule():
   """Linear warmup to the peak, constant, then linear to 0 over decay_steps, 0 after."""
-  lr = ts.learning_rate(ts.OptimConfig(learning_rate=2.0, warmup_steps=4, decay_from=10,
+  lr = optim.learning_rate(optim.OptimConfig(learning_rate=2.0, warmup_steps=4, decay_from=10,
                                        decay_steps=4))
   got = [float(lr(i)) for i in (0, 2, 4, 9, 10, 11, 13, 14, 20)]
   np.testing.assert_allclose(got, [0.0, 1.0, 2.0, 2.0, 2.0, 1.5, 0.5, 0.0, 0.0], atol=1e-6)
-  assert ts.learning_rate(ts.OptimConfig(learning_rate=2.0)) == 2.0
+  assert optim.learning_rate(optim.OptimConfig(learning_rate=2.0)) == 2.0
   with pytest.raises(ValueError, match="inside the warmup"):
-    ts.learning_rate(ts.OptimConfig(warmup_steps=4, decay_from=2, decay_steps=4))
+    optim.learning_rate(optim.OptimConfig(warmup_steps=4, decay_from=2, decay_steps=4))
 
 
 def test_packed_and_unpacked_batches_give_the_same_step():

@@ -27,6 +27,7 @@ import pytest
 from carr_jax.model import sharding
 from carr_jax.model.config import get_preset
 from carr_jax.rl import loss as loss_lib
+from carr_jax.rl import optim
 from carr_jax.rl import packing, rewards
 from carr_jax.rl import train_step as ts
 from lab.world import build_world
@@ -60,7 +61,7 @@ def test_cgrpo_update_raises_the_cited_share_and_grpo_leaves_it():
   assert (outcome == 1.0).all() and (rubric == [[1.0, 0.0]] * QUESTIONS).all(), (outcome,
                                                                                    rubric)
   mesh = sharding.make_mesh({"data": 2}, jax.devices()[:2])
-  tx = ts.make_optimizer(ts.OptimConfig(learning_rate=1e-3, weight_decay=0.0))
+  tx = optim.make_optimizer(optim.OptimConfig(learning_rate=1e-3, weight_decay=0.0))
   # logits only at the loss slots, the system turn computed once: as the config
   step_cfg = ts.StepConfig(loss_positions=True, shared_prefix=True)
   state0, shardings = ts.create_train_state(CFG, tx, mesh, seed=0)

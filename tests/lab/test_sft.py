@@ -24,6 +24,7 @@ from carr_jax.jobs import sft_train
 from carr_jax.model import qwen3 as model_lib
 from carr_jax.model import sharding
 from carr_jax.model.config import get_preset
+from carr_jax.rl import optim
 from carr_jax.rl import train_step as ts
 from lab.configs import demo_cpu
 from rollout import chat
@@ -203,7 +204,7 @@ def test_loss_falls_on_expert_trajectories_also_on_held_out_ones(fmt):
   held_out, _ = sft_step.make_batch(trajs[2:], pack_cfg)
   assert train["loss_valid"].sum() > 100
   mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
-  tx = ts.make_optimizer(ts.OptimConfig(learning_rate=3e-2, weight_decay=0.0))
+  tx = optim.make_optimizer(optim.OptimConfig(learning_rate=3e-2, weight_decay=0.0))
   state, shardings = ts.create_train_state(cfg, tx, mesh, seed=0)
   step = sft_step.make_sft_step(cfg, sft_step.SFTStepConfig(logprob_chunk=128), tx, mesh,
                                    shardings)

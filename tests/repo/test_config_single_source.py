@@ -22,7 +22,7 @@ from carr_jax.coldstart.step import SFTStepConfig
 from carr_jax.jobs import components
 from carr_jax.jobs.pipeline import PipelineConfig
 from carr_jax.model.config import Qwen3Config
-from carr_jax.rl import loss, packing, rewards
+from carr_jax.rl import loss, optim, packing, rewards
 from carr_jax.rl import train_step as ts
 from configs import base
 from judge.config import JudgeConfig
@@ -37,7 +37,7 @@ from rollout.tools.web import WebConfig
 # builders of carr_jax.jobs.components call from_section.
 BUILT = [
     (Qwen3Config, "model", {}, set(components.ARCHITECTURE)),
-    (ts.OptimConfig, "optim", {}, set()),
+    (optim.OptimConfig, "optim", {}, set()),
     (loss.LossConfig, "loss", {}, set()),
     (ts.StepConfig, "batch", {},
      {"temperature", "loss_positions", "on_policy", "shared_prefix", "routing_replay",

@@ -16,6 +16,7 @@ from carr_jax.model import qwen3 as M
 from carr_jax.model import sharding
 from carr_jax.model.engine import JaxEngine
 from carr_jax.rl import loss as loss_lib
+from carr_jax.rl import optim
 from carr_jax.rl import train_step as ts
 from rollout.engines.sglang import SGLangEngine
 from tests.rollout.engines.test_sglang_engine import GREEDY, PROMPT
@@ -32,7 +33,7 @@ def our_logprobs(params, cfg, prompt, output):
 def one_train_step(params, cfg, prompt, output):
   """One AdamW step of Eq. 15 raising the log-prob of `output` (advantage +1)."""
   mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
-  tx = ts.make_optimizer(ts.OptimConfig(learning_rate=1e-3, weight_decay=0.0, grad_clip_norm=0.0))
+  tx = optim.make_optimizer(optim.OptimConfig(learning_rate=1e-3, weight_decay=0.0, grad_clip_norm=0.0))
   state, shardings = ts.create_train_state(cfg, tx, mesh, seed=0, params=params)
   ids = np.asarray(prompt + output, np.int32)
   n = len(ids) - 1
