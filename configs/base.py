@@ -16,15 +16,17 @@ import ml_collections
 from ml_collections.config_dict import placeholder
 
 from carr_jax.coldstart.step import SFTStepConfig
-from carr_jax.jobs.components import EngineConfig
+from carr_jax.jobs.components import EngineConfig, ModelSource, SFTConfig, TrainConfig
 from carr_jax.jobs.pipeline import PipelineConfig
-from carr_jax.jobs.tasks import task_source
+from carr_jax.jobs.tasks import DataConfig, task_source
 from carr_jax.model.config import ARCHITECTURE, Qwen3Config
+from carr_jax.model.sharding import MeshConfig
 from carr_jax.rl.loss import LossConfig
 from carr_jax.rl.optim import OptimConfig
 from carr_jax.rl.packing import PackingConfig
 from carr_jax.rl.rewards import RewardConfig
 from carr_jax.rl.train_step import StepConfig
+from carr_jax.runs.checkpointing import CheckpointConfig
 from judge.config import JudgeConfig
 from rollout.agent import RolloutConfig
 from rollout.tools.web import WebConfig
@@ -35,42 +37,24 @@ def get_config() -> ml_collections.ConfigDict:
   c.seed = 0  # PRNG seed of init, data order and sampling
 
   c.model = ml_collections.ConfigDict()
-  c.model.preset = "tiny_dense"  # carr_jax.model.config preset name
-  c.model.hf_path = ""  # HF directory to initialise from ("" = random init / checkpoint)
-  # "full" | "task": the softmax over the ids the in-process task source's tasks can need only
-  # (its output_ids)
-  c.model.output_vocab = "full"
-  # RL of a mixture of experts: the trainer's MoE layers use the experts the rollout engine
-  # chose per token (rollout/routes.py, carr_jax.rl.train_step); SFT and evaluation never do
-  c.model.routing_replay = False
+  # carr_jax/jobs/components.py (ModelSource): preset, hf_path, output_vocab, routing_replay;
   # carr_jax/model/config.py (its fields but the architecture, which the preset gives):
   # moe_impl, attention, param_dtype, compute_dtype, remat
+  add_fields(c.model, ModelSource)
   add_fields(c.model, Qwen3Config, skip=ARCHITECTURE)
 
   c.checkpoint = ml_collections.ConfigDict()
-  c.checkpoint.init_dir = ""  # orbax checkpoint to initialise params from (e.g. after SFT)
-  c.checkpoint.every = 50  # save every N steps (and at the last step)
-  c.checkpoint.keep = 3  # checkpoints kept on disk
-  c.checkpoint.hf_export_every = 0  # also write an HF directory every N steps (0 = never)
+  # carr_jax/runs/checkpointing.py: init_dir, every, keep, hf_export_every
+  add_fields(c.checkpoint, CheckpointConfig)
 
-  # Named mesh axes (carr_jax.model.sharding); one may be -1 (all remaining devices).
   c.mesh = ml_collections.ConfigDict()
-  c.mesh.data = -1
-  c.mesh.fsdp = 1
-  c.mesh.expert = 1
-  c.mesh.tensor = 1
-  c.mesh.target_devices = 0  # device count this config is written for (0 = any); checked
+  # carr_jax/model/sharding.py: data, fsdp, expert, tensor, target_devices
+  add_fields(c.mesh, MeshConfig)
 
   c.data = ml_collections.ConfigDict()
-  # "jsonl" (CaRR records) | a task source module making tasks in-process (carr_jax/jobs/tasks.py
-  # task_source), set with its own config section by `use_task_source`
-  c.data.source = "jsonl"
-  c.data.train_path = ""  # CaRR-format jsonl (source=jsonl)
-  c.data.eval_path = ""  # held-out jsonl, same format (optional)
-  c.data.corpus_path = ""  # offline corpus jsonl for tools.backend=corpus (a task source: its own)
-  c.data.prompts_per_step = 16  # questions per step (paper: 16)
-  c.data.group_size = 8  # rollouts per question, G (paper: 8)
-  c.data.epochs = 3  # passes over the training questions (paper: 3); bounds num_steps
+  # carr_jax/jobs/tasks.py: source, train_path, eval_path, corpus_path, prompts_per_step,
+  # group_size, epochs
+  add_fields(c.data, DataConfig)
 
   c.rollout = ml_collections.ConfigDict()
   # rollout/agent.py: temperature, top_p, top_k, max_turn_tokens, max_context_tokens,
@@ -98,9 +82,8 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.reward = ml_collections.ConfigDict()
   # carr_jax/rl/rewards.py: mode, alpha, scale_by_std, std_ddof, eps, equal_tol,
-  # filter_zero_gradient
+  # filter_zero_gradient, shortcut_threshold
   add_fields(c.reward, RewardConfig)
-  c.reward.shortcut_threshold = 0.5  # correct answers with rubric reward below this = shortcut
 
   c.loss = ml_collections.ConfigDict()
   # carr_jax/rl/loss.py: eps_low, eps_high, log_ratio_clamp, importance_sampling, is_low,
@@ -115,22 +98,16 @@ def get_config() -> ml_collections.ConfigDict:
   c.batch = ml_collections.ConfigDict()
   # carr_jax/rl/train_step.py, carr_jax/coldstart/step.py, carr_jax/rl/packing.py:
   # micro_batches, logprob_chunk, skip_zero_gradient, row_lengths, coarse_rows, overflow, pad_id,
-  # prefix_multiple
+  # loss_positions_multiple, prefix_multiple
   # (the skipped fields carr_jax.jobs.components computes from other keys)
   add_fields(c.batch, StepConfig, SFTStepConfig, PackingConfig,
              skip=("temperature", "loss_positions", "on_policy", "shared_prefix", "vocab",
                    "row_multiple", "vocab_size", "routing_replay", "routes"))
-  # Logits only at the slots with loss (generated tokens), gathered per row into a [R, K]
-  # index with K a multiple of this (coarsely bucketed: few compiled shapes); 0 = logits at
-  # every slot (RL only; SFT always gathers). carr_jax.rl.packing.loss_positions.
-  c.batch.loss_positions_multiple = 1024
 
   c.train = ml_collections.ConfigDict()
-  c.train.num_steps = 100  # optimizer steps (capped by data.epochs)
-  c.train.eval_every = 20  # evaluate on the held-out split every N steps (0 = never)
-  c.train.eval_questions = 32  # held-out questions per evaluation
-  c.train.eval_samples = 1  # samples per eval question
-  c.train.text_samples = 2  # rendered trajectories written as TensorBoard text per eval
+  # carr_jax/jobs/components.py (TrainConfig): num_steps, eval_every, eval_questions,
+  # eval_samples, text_samples
+  add_fields(c.train, TrainConfig)
   return c
 
 
@@ -138,14 +115,9 @@ def sft_section() -> ml_collections.ConfigDict:
   """The `sft` section (the SFT job, carr_jax/jobs/sft_train.py), which SFT configs add as
   `c.sft = base.sft_section()`."""
   s = ml_collections.ConfigDict()
-  # comma-separated trajectory JSONL files, or "expert": the scripted episodes of the in-process
-  # task source (data.source; the laboratory's expert takes its keys from lab.configs.sft_section)
-  s.data = "expert"
-  s.epochs = 3  # passes over the examples (paper: 3)
-  s.batch_size = 16  # trajectories per optimizer step (paper: 16)
-  s.num_steps = 0  # stop after this many steps (0 = all epochs)
-  s.min_outcome = 0.0  # keep dumped rollouts whose judge outcome is >= this (0 = all)
-  s.default_tools = True  # records without tools get the browser schemas in their prompt
+  # carr_jax/jobs/components.py (SFTConfig): data, epochs, batch_size, num_steps, min_outcome,
+  # default_tools
+  add_fields(s, SFTConfig)
   return s
 
 

@@ -15,6 +15,7 @@ import asyncio
 from typing import Any
 
 from carr_common.sections import from_section
+from carr_jax.jobs import components
 from lab import metrics
 from lab.configs import sft_section, world_section
 from lab.world import build_world, expert, styles
@@ -29,7 +30,7 @@ SUMMARY_NAMES = metrics.SUMMARY_NAMES
 
 def eval_metrics(config: Any, records, breakdowns) -> tuple[dict, dict]:
   """(metrics, per-question lists) of a held-out evaluation (lab.metrics.eval_metrics)."""
-  return metrics.eval_metrics(records, breakdowns, config.reward.shortcut_threshold)
+  return metrics.eval_metrics(records, breakdowns, components.reward_config(config).shortcut_threshold)
 
 
 WORLD_KEYS = ("eval_fraction", "locality", "distractors", "short_names", "prompt", "mark_names")

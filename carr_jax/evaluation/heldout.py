@@ -105,14 +105,12 @@ def subset_lines(first: dict, final: dict, source_names: Sequence[tuple[str, str
           for key, label in names if key in first and key in final]
 
 
-def closing_summary(config: Any, workdir: str, steps_done: int, last: dict,
-                    first: dict | None = None,
+def closing_summary(trained: str, workdir: str, last: dict, first: dict | None = None,
                     source_names: Sequence[tuple[str, str]] = ()) -> list[str]:
-  """The lines a run ends with: what was trained, the key metrics of its first and last step
-  (`first`: this process's first step), where the outputs are, held-out measures (the task
-  source's `source_names` among them) and accuracy (last)."""
-  lines = [f"trained {config.model.preset} with reward.mode={config.reward.mode} for "
-           f"{steps_done} steps on data.source={config.data.source}"]
+  """The lines a run ends with: what was `trained` (a line), the key metrics of its first and
+  last step (`first`: this process's first step), where the outputs are, held-out measures
+  (the task source's `source_names` among them) and accuracy (last)."""
+  lines = [trained]
   if first:
     lines.append(step_line("first step", first))
   lines.append(step_line("last step", last))

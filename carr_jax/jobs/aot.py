@@ -99,9 +99,11 @@ def abstract_batch(mesh, keys, rows: int, row_length: int, loss_positions: int) 
 def worst_case_rows(config, mesh, vocab_size: int, row_length: int) -> int:
   """Rows when every trajectory of a step fills a row of its own, rounded as the packer does."""
   from carr_jax.jobs import components
+  from carr_jax.jobs import tasks as data_lib
   from carr_jax.rl import packing
-  trajectories = (config.sft.batch_size if "sft" in config
-                  else config.data.prompts_per_step * config.data.group_size)
+  data_cfg = data_lib.data_config(config)
+  trajectories = (components.sft_config(config).batch_size if "sft" in config
+                  else data_cfg.prompts_per_step * data_cfg.group_size)
   pack_cfg = components.packing_config(config, mesh, vocab_size)
   return packing.choose_shape([row_length] * trajectories, pack_cfg)[2]
 
@@ -143,29 +145,28 @@ def compile_config(config, devices, rows: int = 0, row_length: int = 0) -> tuple
   from carr_jax.model import sharding
   from carr_jax.rl import optim
   from carr_jax.rl import train_step as ts
-  mesh = sharding.make_mesh({a: config.mesh[a] for a in sharding.AXES}, devices)
-  target = int(config.mesh.get("target_devices", 0))
-  if target and target != len(devices):
-    raise ValueError(f"the config is written for {target} chips, the topology has "
-                     f"{len(devices)}")
+  mesh = sharding.mesh_from_config(components.mesh_config(config), devices)
   cfg, vocab = components.model_config(config), components.output_vocab(config)
   tx = optim.make_optimizer(components.optim_config(config))
-  row_length = row_length or max(config.batch.row_lengths)
+  row_length = row_length or max(components.packing_config(config, mesh,
+                                                            cfg.vocab_size).row_lengths)
   rows = rows or worst_case_rows(config, mesh, cfg.vocab_size, row_length)
   state, shardings = ts.abstract_train_state(cfg, tx, mesh)
   state = abstract(state, shardings)
   model_flops, executed = flops_lib.train_step_flops(cfg, rows, row_length, row_length, vocab)
-  facts = {"mesh": dict(mesh.shape), "rows": rows, "row_length": row_length,
-           "micro_batches": config.batch.micro_batches, "model_flops": model_flops,
-           "attention": attention.resolve(cfg.attention, devices[0].platform, cfg.compute_dtype)}
   if "sft" in config:
     from carr_jax.coldstart import step as sft_step
     sft_cfg = components.sft_step_config(config, vocab)
     step, keys = sft_step.sft_step_fn(cfg, sft_cfg, tx), sft_step.sft_batch_keys(sft_cfg)
+    micro_batches = sft_cfg.micro_batches
   else:
     loss_cfg, step_cfg = components.loss_config(config), components.step_config(config, vocab)
     step = ts.train_step_fn(cfg, loss_cfg, step_cfg, tx)
     keys = ts.step_batch_keys(loss_cfg, step_cfg)
+    micro_batches = step_cfg.micro_batches
+  facts = {"mesh": dict(mesh.shape), "rows": rows, "row_length": row_length,
+           "micro_batches": micro_batches, "model_flops": model_flops,
+           "attention": attention.resolve(cfg.attention, devices[0].platform, cfg.compute_dtype)}
   batch = abstract_batch(mesh, keys, rows, row_length, row_length)
   reports = [compile_report("train step", ts.jit_step(step, mesh, shardings, keys),
                             (state, batch), mesh, executed)]

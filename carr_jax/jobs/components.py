@@ -29,6 +29,7 @@ from typing import Any
 
 from carr_common.sections import from_section
 from carr_jax.jobs.pipeline import PipelineConfig
+from carr_jax.model import sharding
 from carr_jax.model.config import ARCHITECTURE, Qwen3Config, get_preset
 from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.rl import loss as loss_lib
@@ -36,6 +37,7 @@ from carr_jax.rl import optim
 from carr_jax.rl import packing
 from carr_jax.rl import rewards
 from carr_jax.rl import train_step as ts
+from carr_jax.runs import checkpointing as ckpt_lib
 
 ENGINES = ("jax", "sglang")
 
@@ -62,19 +64,94 @@ class EngineConfig:
   def urls(self) -> list[str]:
     return [u.strip() for u in self.sglang_urls.split(",") if u.strip()]
 
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """The RL loop's length and held-out evaluations (the `train` section)."""
+  num_steps: int = 100  # optimizer steps (capped by data.epochs)
+  eval_every: int = 20  # evaluate on the held-out split every N steps (0 = never)
+  eval_questions: int = 32  # held-out questions per evaluation
+  eval_samples: int = 1  # samples per eval question
+  text_samples: int = 2  # rendered trajectories written as TensorBoard text per eval
+
+  def __post_init__(self):
+    if self.num_steps < 0 or self.eval_every < 0 or self.text_samples < 0:
+      raise ValueError("train.num_steps, .eval_every and .text_samples must be >= 0")
+    if self.eval_every and min(self.eval_questions, self.eval_samples) < 1:
+      raise ValueError(f"train.eval_every={self.eval_every} needs train.eval_questions and "
+                       f".eval_samples >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+  """The SFT job's data and length (the `sft` section, which only SFT configs have)."""
+  data: str = "expert"  # comma-separated trajectory JSONL files, or "expert": the scripted
+  # episodes of the in-process task source (data.source; the laboratory's expert takes its keys
+  # from lab.configs.sft_section)
+  epochs: int = 3  # passes over the examples (paper: 3)
+  batch_size: int = 16  # trajectories per optimizer step (paper: 16)
+  num_steps: int = 0  # stop after this many steps (0 = all epochs)
+  min_outcome: float = 0.0  # keep dumped rollouts whose judge outcome is >= this (0 = all)
+  default_tools: bool = True  # records without tools get the browser schemas in their prompt
+
+  def __post_init__(self):
+    if self.epochs < 1 or self.batch_size < 1 or self.num_steps < 0:
+      raise ValueError(f"sft.epochs and .batch_size must be >= 1 and .num_steps >= 0, got "
+                       f"{self.epochs}, {self.batch_size}, {self.num_steps}")
+
+
+def sft_config(config: Any) -> SFTConfig:
+  return from_section(SFTConfig, config.sft)
+
+
+def train_config(config: Any) -> TrainConfig:
+  return from_section(TrainConfig, config.train)
+
+
+def checkpoint_config(config: Any) -> ckpt_lib.CheckpointConfig:
+  return from_section(ckpt_lib.CheckpointConfig, config.checkpoint)
+
+
+def mesh_config(config: Any) -> sharding.MeshConfig:
+  return from_section(sharding.MeshConfig, config.mesh)
+
+
+OUTPUT_VOCABS = ("full", "task")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+  """Where the model comes from and how its outputs are used (the `model` section's keys that
+  are no Qwen3Config field)."""
+  preset: str = "tiny_dense"  # carr_jax.model.config preset name
+  hf_path: str = ""  # HF directory to initialise from ("" = random init / checkpoint)
+  output_vocab: str = "full"  # "full" | "task": the softmax over the ids the in-process task
+  # source's tasks can need only (its output_ids)
+  routing_replay: bool = False  # RL of a mixture of experts: the trainer's MoE layers use the
+  # experts the rollout engine chose per token (rollout/routes.py, carr_jax.rl.train_step);
+  # SFT and evaluation never do
+
+  def __post_init__(self):
+    if self.output_vocab not in OUTPUT_VOCABS:
+      raise ValueError(f"model.output_vocab must be 'full' or 'task', got {self.output_vocab!r}")
+
+
+def model_source(config: Any) -> ModelSource:
+  return from_section(ModelSource, config.model)
+
+
 def model_config(config: Any) -> Qwen3Config:
   """The architecture of `model.preset`, or of the HF directory `model.hf_path` when set."""
-  m = config.model
+  m = model_source(config)
   if m.hf_path:
     from carr_jax.model.hf_config import read_hf_config
     arch = read_hf_config(m.hf_path)
   else:
     arch = get_preset(m.preset)
-  cfg = from_section(Qwen3Config, m, **{name: getattr(arch, name) for name in ARCHITECTURE})
+  cfg = from_section(Qwen3Config, config.model, **{name: getattr(arch, name) for name in ARCHITECTURE})
   if config.batch.prefix_multiple > 0 and cfg.is_moe:
     raise ValueError("batch.prefix_multiple > 0 (a shared prefix) is for dense models; this "
                      "model is a mixture of experts: set it to 0")
-  if config.model.routing_replay and not cfg.is_moe:
+  if m.routing_replay and not cfg.is_moe:
     raise ValueError("model.routing_replay replays a mixture of experts' routes; this model "
                      "is dense: set it to False")
   return cfg
@@ -83,19 +160,18 @@ def model_config(config: Any) -> Qwen3Config:
 def output_vocab(config: Any) -> RestrictedVocab | None:
   """`model.output_vocab` -> the run's restricted output vocabulary (None = full): "task",
   the token ids the in-process task source's tasks can need (its `output_ids`)."""
-  vocab = config.model.output_vocab
+  vocab = model_source(config).output_vocab
   if vocab == "full":
     return None
-  if vocab != "task":
-    raise ValueError(f"model.output_vocab must be 'full' or 'task', got {vocab!r}")
   if engine_config(config).engine != "jax":
     raise ValueError(f"model.output_vocab={vocab!r} needs rollout.engine='jax' (SGLang samples "
                      "from the full vocabulary)")
-  if config.data.source == "jsonl":
-    raise ValueError(f"model.output_vocab={vocab!r} needs an in-process data.source, not jsonl")
   from carr_jax.jobs import tasks as data_lib
   from rollout.chat import ChatFormat
-  source = data_lib.task_source(config.data)  # the same ids for SFT and RL
+  data_cfg = data_lib.data_config(config)
+  if data_cfg.source == "jsonl":
+    raise ValueError(f"model.output_vocab={vocab!r} needs an in-process data.source, not jsonl")
+  source = data_lib.task_source(data_cfg)  # the same ids for SFT and RL
   return RestrictedVocab(source.output_ids(config, ChatFormat(tokenizer(config))))
 
 
@@ -129,7 +205,7 @@ def step_config(config: Any, vocab: RestrictedVocab | None = None) -> ts.StepCon
       loss_positions=config.batch.loss_positions_multiple > 0,
       on_policy=loss_config(config).old_logprobs == "trainer",
       shared_prefix=config.batch.prefix_multiple > 0,
-      routing_replay=bool(config.model.routing_replay), vocab=vocab)
+      routing_replay=model_source(config).routing_replay, vocab=vocab)
 
 
 def sft_step_config(config: Any, vocab: RestrictedVocab | None = None):
@@ -152,7 +228,7 @@ def packing_config(config: Any, mesh: Any, vocab_size: int) -> packing.PackingCo
                      "batch.overflow='truncate' to cut such episodes")
   shards = mesh.shape["data"] * mesh.shape["fsdp"] * mesh.shape["expert"]
   routes = None
-  if config.model.routing_replay and "sft" not in config:
+  if model_source(config).routing_replay and "sft" not in config:
     cfg = model_config(config)
     routes = (cfg.num_layers, cfg.num_experts_per_tok)
   return from_section(packing.PackingConfig, config.batch, vocab_size=vocab_size,
@@ -183,7 +259,7 @@ def engine(config: Any, params: Any, cfg: Qwen3Config, weight_version: str,
     return JaxEngine(params, cfg, weight_version=weight_version, max_batch=e.max_batch,
                      seed=config.seed, max_total_len=r.max_context_tokens, vocab=vocab,
                      prefix_multiple=config.batch.prefix_multiple,
-                     record_routes=bool(config.model.routing_replay))
+                     record_routes=model_source(config).routing_replay)
   if vocab is not None:
     raise ValueError("model.output_vocab must be 'full' with rollout.engine='sglang'")
   from rollout.engines.sglang import SGLangEngine

@@ -55,6 +55,7 @@ import numpy as np
 from carr_common.vocab import STATUSES, TOOL_KINDS, is_correct
 from carr_jax.evaluation.samples import sample_row
 from carr_jax.evaluation.store import EvalError, ResultStore
+from carr_jax.jobs import components
 from carr_jax.jobs import tasks as data_lib
 
 logger = logging.getLogger(__name__)
@@ -187,15 +188,16 @@ def policy_params(config: Any, cfg: Any, checkpoint: str) -> tuple[Any, str]:
   from carr_jax.runs import checkpointing as ckpt_lib
   from carr_jax.model import qwen3 as model_lib
   from carr_jax.model import sharding
-  mesh = sharding.mesh_from_config(config.mesh)
+  mesh = sharding.mesh_from_config(components.mesh_config(config))
   abstract = model_lib.abstract_params(cfg)
   shardings = sharding.param_shardings(abstract, mesh)
-  source = checkpoint or config.checkpoint.init_dir
+  source = checkpoint or components.checkpoint_config(config).init_dir
   if source:
     return ckpt_lib.restore_params(source, ckpt_lib.with_shardings(abstract, shardings)), source
-  if config.model.hf_path:
+  hf_path = components.model_source(config).hf_path
+  if hf_path:
     from carr_jax.model.hf_io import load_hf_params
-    return load_hf_params(config.model.hf_path, cfg, shardings), config.model.hf_path
+    return load_hf_params(hf_path, cfg, shardings), hf_path
   logger.warning("no --checkpoint, checkpoint.init_dir or model.hf_path: evaluating a RANDOM "
                  "policy")
   with jax.set_mesh(mesh):
@@ -212,8 +214,8 @@ def eval_data(config: Any, spec: str) -> tuple[list[dict], list[dict]]:
       raise EvalError(f"--data={spec!r}: use source:eval or source:train")
     train, evals, corpus = data_lib.load_tasks(config)
     return (evals if split == "eval" else train), corpus
-  corpus = data_lib.read_jsonl(config.data.corpus_path) if config.data.corpus_path else []
-  return load_eval_records(spec), corpus
+  path = data_lib.data_config(config).corpus_path
+  return load_eval_records(spec), data_lib.read_jsonl(path) if path else []
 
 
 def _budgets(text: str, default: int) -> list[int]:
@@ -239,7 +241,6 @@ class EvalOptions:
 
 def run_evaluations(config: Any, opts: EvalOptions) -> list[dict]:
   """One evaluation per (context, tool-call) budget; a sweep report when there are several."""
-  from carr_jax.jobs import components
   from carr_jax.evaluation.report import write_sweep
   from rollout.chat import ChatFormat
   served = components.engine_config(config).engine == "sglang"  # by a server, not in-process
@@ -250,15 +251,15 @@ def run_evaluations(config: Any, opts: EvalOptions) -> list[dict]:
   records, corpus = eval_data(config, opts.data)
   if opts.max_questions:
     records = records[:opts.max_questions]
-  contexts = _budgets(opts.context_budgets, config.rollout.max_context_tokens)
-  tools = _budgets(opts.tool_budgets, config.rollout.max_tool_calls)
+  base_cfg = components.rollout_config(config)
+  contexts = _budgets(opts.context_budgets, base_cfg.max_context_tokens)
+  tools = _budgets(opts.tool_budgets, base_cfg.max_tool_calls)
   config.rollout.max_context_tokens = max(contexts)  # the engine must fit the largest budget
   cfg, vocab = components.model_config(config), components.output_vocab(config)
   params, policy = (None, "sglang") if served else policy_params(
       config, cfg, opts.checkpoint)
   fmt = ChatFormat(components.tokenizer(config))
   backend = components.tool_backend(config, corpus)
-  base_cfg = components.rollout_config(config)
   out = Path(opts.out)
   out.mkdir(parents=True, exist_ok=True)  # the judge's cache lives there
   sweep = len(contexts) * len(tools) > 1

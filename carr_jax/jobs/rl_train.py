@@ -104,9 +104,11 @@ class Trainer:
     self.loss_cfg = components.loss_config(config)
     self.reward_cfg = components.reward_config(config)
     train, self.eval_records, corpus = data_lib.load_tasks(config)
-    self.loader = data_lib.TaskLoader(train, config.data.prompts_per_step, config.seed,
-                                      config.data.epochs)
-    self.num_steps = min(config.train.num_steps, self.loader.total_steps)
+    self.data_cfg, self.train_cfg = data_lib.data_config(config), \
+        components.train_config(config)
+    self.loader = data_lib.TaskLoader(train, self.data_cfg.prompts_per_step, config.seed,
+                                      self.data_cfg.epochs)
+    self.num_steps = min(self.train_cfg.num_steps, self.loader.total_steps)
     self.lead = jax.process_index() == 0  # drives rollouts, judging, metrics and exports
     self.pipe_cfg, self.engine_cfg = components.pipeline_config(config), \
         components.engine_config(config)
@@ -179,7 +181,7 @@ class Trainer:
     async def tracked():
       self.pipe.idle.busy()
       try:
-        return await self.collect(records, self.config.data.group_size,
+        return await self.collect(records, self.data_cfg.group_size,
                                   progress=not self.max_staleness)  # one bar at a time
       finally:
         self.pipe.idle.done()
@@ -242,7 +244,7 @@ class Trainer:
     positions = {}
     if self.step_cfg.loss_positions:
       batch["loss_index"], batch["loss_valid"] = packing.loss_positions(
-          batch["loss_mask"] > 0, self.config.batch.loss_positions_multiple)
+          batch["loss_mask"] > 0, self.pack_cfg.loss_positions_multiple)
       positions = {"train/packing_loss_positions": float(batch["loss_index"].shape[1])}
     if not self.step_cfg.on_policy:  # "trainer": the step's own log-probs (train_step)
       batch["old_logprobs"] = batch["rollout_logprobs"]
@@ -255,20 +257,20 @@ class Trainer:
 
   def evaluate(self, step: int) -> dict:
     """The policy on the first `train.eval_questions` held-out questions; saved per question."""
-    n = min(self.config.train.eval_questions, len(self.eval_records))
+    n = min(self.train_cfg.eval_questions, len(self.eval_records))
     if not n or not self.lead:
       return {}
-    records, k = self.eval_records[:n], self.config.train.eval_samples
+    records, k = self.eval_records[:n], self.train_cfg.eval_samples
     groups, breakdowns, _ = self.loop.run(self.collect(records, k))
     flat = [t for group in groups for t in group]
     accuracy = heldout.per_question_accuracy(breakdowns, n)
     source_metrics, per_question = data_lib.source_evaluation(self.config, records, breakdowns)
     metrics = {**step_stats.rollout_metrics(flat, "eval/"),
-               **step_stats.judge_metrics(breakdowns, self.config.reward.shortcut_threshold,
+               **step_stats.judge_metrics(breakdowns, self.reward_cfg.shortcut_threshold,
                                           "eval/"),
                **source_metrics, "eval/accuracy": float(np.mean(accuracy))}
     heldout.save(self.workdir, step, accuracy, k, metrics, per_question)
-    for i in range(min(self.config.train.text_samples, len(flat))):
+    for i in range(min(self.train_cfg.text_samples, len(flat))):
       self.log.writer.text(step, f"eval/trajectory_{i}",
                            step_stats.render_trajectory_markdown(flat[i], breakdowns[i]))
     best = max(range(len(flat)), key=lambda i: breakdowns[i].rubric_reward)
@@ -293,7 +295,7 @@ class Trainer:
     self.dump(step + 1, groups, breakdowns)  # numbered like the console, TB, checkpoints
     flat = [t for group in groups for t in group]
     metrics.update(step_stats.rollout_metrics(flat))
-    metrics.update(step_stats.judge_metrics(breakdowns, self.config.reward.shortcut_threshold))
+    metrics.update(step_stats.judge_metrics(breakdowns, self.reward_cfg.shortcut_threshold))
     stale = pipeline.staleness(groups, step)  # [P, G]
     fresh = pipeline.fresh_groups(stale, self.max_staleness)  # [P, 1]
     metrics.update(pipeline.staleness_metrics(stale, fresh, groups))
@@ -307,7 +309,7 @@ class Trainer:
     return batch, metrics
 
   def run(self) -> dict:
-    if self.start_step == 0 and self.config.train.eval_every:  # where held-out accuracy starts
+    if self.start_step == 0 and self.train_cfg.eval_every:  # where held-out accuracy starts
       self.log.writer.scalars(0, self.evaluate(0))
     metrics: dict[str, Any] = {}
     self.first_metrics: dict[str, Any] = {}  # this process's first step, for the summary
@@ -340,7 +342,7 @@ class Trainer:
     t2 = time.perf_counter()
     self.loop.run(self.weight_sync.push(self.served(self.state.params), str(step + 1)))
     t3 = time.perf_counter()
-    every, last = self.config.train.eval_every, step + 1 == self.num_steps
+    every, last = self.train_cfg.eval_every, step + 1 == self.num_steps
     if every and ((step + 1) % every == 0 or last):
       metrics.update(self.evaluate(step + 1))
     if self.lead:
@@ -369,7 +371,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
   finally:
     trainer.close()
   if trainer.lead:
-    print("\n".join(heldout.closing_summary(config, trainer.workdir, trainer.num_steps,
-                                           metrics, trainer.first_metrics,
+    trained = (f"trained {components.model_source(config).preset} with reward.mode={trainer.reward_cfg.mode} for "
+               f"{trainer.num_steps} steps on data.source={trainer.data_cfg.source}")
+    print("\n".join(heldout.closing_summary(trained, trainer.workdir, metrics,
+                                           trainer.first_metrics,
                                            data_lib.source_summary_names(config))), flush=True)
   return metrics

@@ -37,7 +37,9 @@ MUST_BE_FINITE = ("train/loss", "train/grad_norm")  # a step that breaks these s
 
 def initial_state(config, workdir, cfg, tx, mesh, checkpointer):
   """(state, shardings, restored data position or None, start step)."""
-  source = ckpt_lib.resolve_init_source(workdir, config)
+  ckpt_cfg = components.checkpoint_config(config)
+  hf_path = components.model_source(config).hf_path
+  source = ckpt_lib.resolve_init_source(workdir, ckpt_cfg.init_dir, hf_path)
   abstract, shardings = ts.abstract_train_state(cfg, tx, mesh)
   logger.info("init source: %s", source.value)
   if source == ckpt_lib.InitSource.WORKDIR_CHECKPOINT:
@@ -45,18 +47,18 @@ def initial_state(config, workdir, cfg, tx, mesh, checkpointer):
     return restored.state, shardings, restored.data, restored.step
   params = None
   if source == ckpt_lib.InitSource.INIT_CHECKPOINT:
-    params = ckpt_lib.restore_params(config.checkpoint.init_dir,
+    params = ckpt_lib.restore_params(ckpt_cfg.init_dir,
                                      ckpt_lib.with_shardings(abstract.params, shardings.params))
   elif source == ckpt_lib.InitSource.HF_WEIGHTS:
     from carr_jax.model.hf_io import load_hf_params
-    params = load_hf_params(config.model.hf_path, cfg, shardings.params)
+    params = load_hf_params(hf_path, cfg, shardings.params)
   state, shardings = ts.create_train_state(cfg, tx, mesh, config.seed, params)
   return state, shardings, None, 0
 
 
-def hf_export_fn(config, cfg, workdir: str):
-  """The checkpointer's hook: HF weights (SGLang, transformers) every hf_export_every steps."""
-  every = config.checkpoint.hf_export_every
+def hf_export_fn(every: int, cfg, workdir: str):
+  """The checkpointer's hook: HF weights (SGLang, transformers) every `every` steps
+  (checkpoint.hf_export_every; 0: None, never)."""
   if not every:
     return None
   from carr_jax.model.hf_io import save_hf
@@ -85,14 +87,15 @@ class RunSetup:
 def setup_run(config, workdir: str) -> RunSetup:
   """Mesh, model config, output vocabulary, optimizer, packing, checkpointer, and the state
   (resume order)."""
-  mesh = sharding.mesh_from_config(config.mesh)
+  mesh = sharding.mesh_from_config(components.mesh_config(config))
   cfg, vocab = components.model_config(config), components.output_vocab(config)
   if vocab is not None:
     vocab.check_fits(cfg.vocab_size)
   tx = optim.make_optimizer(components.optim_config(config))
+  ckpt_cfg = components.checkpoint_config(config)
   checkpointer = ckpt_lib.TrainCheckpointer(
-      ckpt_lib.checkpoint_dir(workdir), save_every=config.checkpoint.every,
-      keep=config.checkpoint.keep, export_fn=hf_export_fn(config, cfg, workdir),
+      ckpt_lib.checkpoint_dir(workdir), save_every=ckpt_cfg.every, keep=ckpt_cfg.keep,
+      export_fn=hf_export_fn(ckpt_cfg.hf_export_every, cfg, workdir),
       export_params=lambda s: s.params)
   state, shardings, data, start_step = initial_state(config, workdir, cfg, tx, mesh,
                                                      checkpointer)

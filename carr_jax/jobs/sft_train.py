@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
 
 import jax
 
@@ -28,16 +27,17 @@ from carr_jax.coldstart.step import make_batch, make_sft_step
 from carr_jax.jobs import components
 from carr_jax.jobs import run_setup
 from carr_jax.jobs import tasks as data_lib
+from carr_jax.rl import packing
 
 logger = logging.getLogger(__name__)
 
 
 def sft_examples(config, fmt, workdir: str) -> list[dict]:
   """SFT examples from `sft.data` (files, or "expert": the task source's scripted episodes)."""
-  s = config.sft
+  s = components.sft_config(config)
   if s.data == "expert":
     from rollout.trajectory import write_jsonl
-    trajs = data_lib.task_source(config.data).expert_trajectories(config, fmt)
+    trajs = data_lib.task_source(data_lib.data_config(config)).expert_trajectories(config, fmt)
     if jax.process_index() == 0:
       write_jsonl(os.path.join(workdir, "expert_trajectories.jsonl"), trajs)
     return [{"id": t["prompt_id"], "token_ids": t["token_ids"], "loss_mask": t["loss_mask"]}
@@ -56,11 +56,11 @@ def sft_examples(config, fmt, workdir: str) -> list[dict]:
   return examples
 
 
-def check_examples_fit(examples: list[dict], batch: Any) -> None:
+def check_examples_fit(examples: list[dict], pack_cfg: packing.PackingConfig) -> None:
   """Every example fits the longest packed row, unless batch.overflow="truncate" (cut them)."""
-  slots = max(batch.row_lengths)
+  slots = max(pack_cfg.row_lengths)
   over = [i for i, e in enumerate(examples) if len(e["token_ids"]) - 1 > slots]
-  if over and batch.overflow != "truncate":
+  if over and pack_cfg.overflow != "truncate":
     raise sft_data.SFTDataError(
         f"{len(over)} of {len(examples)} SFT examples are longer than the longest of "
         f"batch.row_lengths ({slots} slots; example {over[0]} has "
@@ -77,8 +77,7 @@ class SFTTrainer:
     os.makedirs(self.workdir, exist_ok=True)
     fmt = ChatFormat(components.tokenizer(config))
     examples = sft_examples(config, fmt, self.workdir)
-    check_examples_fit(examples, config.batch)
-    s = config.sft
+    s = components.sft_config(config)
     if not 1 <= s.batch_size <= len(examples):
       raise sft_data.SFTDataError(f"sft.batch_size={s.batch_size} must be in [1, "
                                   f"{len(examples)}] (the number of examples)")
@@ -86,6 +85,7 @@ class SFTTrainer:
     self.num_steps = (self.loader.total_steps if s.num_steps <= 0
                       else min(s.num_steps, self.loader.total_steps))
     run = run_setup.setup_run(config, self.workdir)
+    check_examples_fit(examples, run.pack_cfg)
     self.cfg, self.pack_cfg = run.cfg, run.pack_cfg
     self.state, self.start_step = run.state, run.start_step
     if run.data is not None:
@@ -102,7 +102,7 @@ class SFTTrainer:
     for step in range(self.start_step, self.num_steps):
       t0 = time.perf_counter()
       batch, stats = make_batch(self.loader.next(), self.pack_cfg,
-                                self.config.batch.loss_positions_multiple, self.step_cfg.vocab)
+                                self.pack_cfg.loss_positions_multiple, self.step_cfg.vocab)
       t1 = time.perf_counter()
       self.state, out = self.step(self.state, batch)
       metrics = run_setup.train_metrics(out, step + 1)

@@ -20,10 +20,35 @@ from typing import Any, Sequence
 import numpy as np
 
 from carr_common import jsonl
+from carr_common.sections import from_section
 
 
 class DataError(ValueError):
   """A malformed data file or record (the message names file, line and field)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """The config's `data` section (`data_config`)."""
+  source: str = "jsonl"  # "jsonl" (CaRR records) | a task source module making tasks
+  # in-process (`task_source`), set with its own config section by base.use_task_source
+  train_path: str = ""  # CaRR-format jsonl (source=jsonl)
+  eval_path: str = ""  # held-out jsonl, same format (optional)
+  corpus_path: str = ""  # offline corpus jsonl for tools.backend=corpus (a task source: its own)
+  prompts_per_step: int = 16  # questions per step (paper: 16)
+  group_size: int = 8  # rollouts per question, G (paper: 8)
+  epochs: int = 3  # passes over the training questions (paper: 3); bounds train.num_steps
+
+  def __post_init__(self):
+    if min(self.prompts_per_step, self.group_size, self.epochs) < 1:
+      raise ValueError(f"data.prompts_per_step, .group_size and .epochs must be >= 1, got "
+                       f"{self.prompts_per_step}, {self.group_size}, {self.epochs}")
+
+
+def data_config(config: Any) -> DataConfig:
+  """The `data` section's builder: here, with the data seam, not in carr_jax.jobs.components,
+  which imports this module (the task source's output ids)."""
+  return from_section(DataConfig, config.data)
 
 
 def validate_record(record: Any, where: str) -> dict:
@@ -62,7 +87,7 @@ def load_records(path: str | Path) -> list[dict]:
   return [validate_record(r, place) for place, r in numbered_jsonl(path)]
 
 
-def task_source(data_cfg: Any):
+def task_source(data_cfg: DataConfig):
   """The module named by `data.source` (any but "jsonl"), which makes tasks in-process: it
   defines `SECTION` and `config_section()` (the config section it owns, added by
   configs/base.py use_task_source), `tasks(config)` -> (train, eval, corpus records),
@@ -83,23 +108,25 @@ def source_evaluation(config: Any, records: Sequence[dict], breakdowns: Sequence
                       ) -> tuple[dict, dict[str, list]]:
   """What the task source adds to a held-out evaluation: its `eval_metrics(config, records,
   breakdowns)` -> (metrics, per-question lists by name), where it defines one; else nothing."""
-  if config.data.source == "jsonl":
+  data_cfg = data_config(config)
+  if data_cfg.source == "jsonl":
     return {}, {}
-  hook = getattr(task_source(config.data), "eval_metrics", None)
+  hook = getattr(task_source(data_cfg), "eval_metrics", None)
   return hook(config, records, breakdowns) if hook else ({}, {})
 
 
 def source_summary_names(config: Any) -> tuple[tuple[str, str], ...]:
   """(metric key, label) of the task source's held-out measures in a run's closing summary
   (its `SUMMARY_NAMES`; none for jsonl)."""
-  if config.data.source == "jsonl":
+  data_cfg = data_config(config)
+  if data_cfg.source == "jsonl":
     return ()
-  return tuple(getattr(task_source(config.data), "SUMMARY_NAMES", ()))
+  return tuple(getattr(task_source(data_cfg), "SUMMARY_NAMES", ()))
 
 
 def load_tasks(config: Any) -> tuple[list[dict], list[dict], list[dict]]:
   """(train records, eval records, corpus page records) for `data.source`."""
-  data_cfg = config.data
+  data_cfg = data_config(config)
   if data_cfg.source != "jsonl":
     return task_source(data_cfg).tasks(config)
   if not data_cfg.train_path:

@@ -15,6 +15,7 @@ a no-op when no mesh is set (`jax.set_mesh`), so the same model code runs on one
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any, Mapping, Sequence
@@ -71,13 +72,37 @@ def make_mesh(shape: Mapping[str, int], devices: Sequence[Any] | None = None) ->
   return Mesh(grid, AXES)
 
 
-def mesh_from_config(mesh_cfg: Any) -> Mesh:
-  """The mesh of a config's `mesh` section on the present devices."""
-  target = int(mesh_cfg.get("target_devices", 0))
-  if target and target != jax.device_count():
-    raise ValueError(f"this config is written for {target} devices (mesh.target_devices); "
-                     f"{jax.device_count()} are present. Override --config.mesh.* to fit.")
-  return make_mesh({axis: mesh_cfg[axis] for axis in AXES})
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+  """The config's `mesh` section: a size per named axis (AXES); one may be -1 (all remaining
+  devices)."""
+  data: int = -1
+  fsdp: int = 1
+  expert: int = 1
+  tensor: int = 1
+  target_devices: int = 0  # device count this config is written for (0 = any); checked
+
+  def __post_init__(self):
+    sizes = [getattr(self, a) for a in AXES]
+    if any(n == 0 or n < -1 for n in sizes) or sizes.count(-1) > 1:
+      raise ValueError(f"mesh sizes must be positive, one may be -1; got {self.shape}")
+    if self.target_devices < 0:
+      raise ValueError(f"mesh.target_devices must be >= 0, got {self.target_devices}")
+
+  @property
+  def shape(self) -> dict[str, int]:
+    return {a: getattr(self, a) for a in AXES}
+
+
+def mesh_from_config(cfg: MeshConfig, devices: Sequence[Any] | None = None) -> Mesh:
+  """The mesh of `cfg` on `devices` (default: the present ones), checked against
+  `target_devices`."""
+  devices = list(jax.devices() if devices is None else devices)
+  if cfg.target_devices and cfg.target_devices != len(devices):
+    raise ValueError(f"this config is written for {cfg.target_devices} devices "
+                     f"(mesh.target_devices); {len(devices)} are present. Override "
+                     f"--config.mesh.* to fit.")
+  return make_mesh(cfg.shape, devices)
 
 
 def shard(x: jax.Array, *spec: Any) -> jax.Array:

@@ -65,6 +65,10 @@ class PackingConfig:
   # whose rollout.max_context_tokens exceeds it fails at start) | "truncate" (cut it: meant)
   pad_id: int = 0  # token id written into padding slots
   vocab_size: int | None = None  # when set, token ids must be < vocab_size
+  loss_positions_multiple: int = 1024  # logits only at the slots with loss (generated
+  # tokens), gathered per row into a [R, K] index with K a multiple of this (coarsely bucketed:
+  # few compiled shapes); 0 = logits at every slot (RL only; SFT always gathers).
+  # `loss_positions`
   prefix_multiple: int = 0  # > 0: the leading tokens every row shares, rounded down to a
   # multiple of this, are cut off and computed once (`split_shared_prefix`; dense models);
   # the in-process engine does the same per batch of prompts (carr_jax/model/engine.py)

@@ -60,6 +60,8 @@ class RewardConfig:
   eps: float = 1e-6  # added to the std before dividing
   equal_tol: float = 1e-6  # a group is "zero-gradient" when max - min <= equal_tol
   filter_zero_gradient: bool = False  # drop zero-gradient groups from the batch
+  shortcut_threshold: float = 0.5  # a metric, not a reward: right answers with a rubric
+  # reward below this count as shortcuts (rollout/shortcut_rate)
 
   def __post_init__(self):
     if self.mode not in REWARD_MODES:

@@ -13,9 +13,9 @@ writing is asynchronous: `save` returns once the arrays are copied off the devic
 Resume order (`resolve_init_source` decides; the trainer acts on the answer):
   1. the workdir's own checkpoint, if one is finalized: the run was interrupted, resume it
      (state, data position and all);
-  2. else `config.checkpoint.init_dir`: a checkpoint of another run (e.g. an SFT run), from
+  2. else `checkpoint.init_dir`: a checkpoint of another run (e.g. an SFT run), from
      which only the params are taken (`restore_params`); optimizer and data start fresh;
-  3. else `config.model.hf_path`: HF safetensors weights (loaded by `carr_jax/model/hf_io.py`);
+  3. else `model.hf_path`: HF safetensors weights (loaded by `carr_jax/model/hf_io.py`);
   4. else random init (tests, the CPU demo).
 A configured init_dir that holds no checkpoint is an error, not a silent fall-through.
 
@@ -40,14 +40,25 @@ import orbax.checkpoint as ocp
 from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
 
-from carr_common import dotted
 from carr_jax.runs.metrics import redact
 
 STATE, DATA, META = "state", "data", "meta"
-INIT_DIR_KEY = "checkpoint.init_dir"  # config key read by resolve_init_source (step 2)
-HF_PATH_KEY = "model.hf_path"  # config key read by resolve_init_source (step 3)
 
 ExportFn = Callable[[int, Any], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+  """The config's `checkpoint` section."""
+  init_dir: str = ""  # orbax checkpoint to initialise params from (e.g. after SFT)
+  every: int = 50  # save every N steps (and at the last step)
+  keep: int = 3  # checkpoints kept on disk
+  hf_export_every: int = 0  # also write an HF directory every N steps (0 = never)
+
+  def __post_init__(self):
+    if self.every < 1 or self.keep < 1 or self.hf_export_every < 0:
+      raise ValueError(f"checkpoint.every and .keep must be >= 1 and .hf_export_every >= 0, "
+                       f"got {self.every}, {self.keep}, {self.hf_export_every}")
 
 
 class InitSource(str, enum.Enum):
@@ -79,15 +90,15 @@ def finalized_steps(directory: str) -> list[int]:
   return sorted(ocp.utils.checkpoint_steps(directory))
 
 
-def resolve_init_source(workdir: str, config: Any) -> InitSource:
-  """Applies the resume order of the module docstring to `workdir` and `config`."""
+def resolve_init_source(workdir: str, init_dir: str = "", hf_path: str = "") -> InitSource:
+  """Applies the resume order of the module docstring to `workdir`, `checkpoint.init_dir`
+  and `model.hf_path`."""
   if finalized_steps(checkpoint_dir(workdir)):
     return InitSource.WORKDIR_CHECKPOINT
-  init_dir = dotted.get(config, INIT_DIR_KEY, None)
   if init_dir:
     _state_dir(init_dir)  # raises if it holds no checkpoint
     return InitSource.INIT_CHECKPOINT
-  if dotted.get(config, HF_PATH_KEY, None):
+  if hf_path:
     return InitSource.HF_WEIGHTS
   return InitSource.RANDOM
 
@@ -241,7 +252,7 @@ def _state_dir(path: str, step: int | None = None) -> epath.Path:
   steps = finalized_steps(str(root))
   if not steps:
     raise CheckpointNotFoundError(
-        f"{INIT_DIR_KEY}={path!r} holds no finalized checkpoint (a checkpoint root or one "
+        f"checkpoint.init_dir={path!r} holds no finalized checkpoint (a checkpoint root or one "
         "step directory is expected)")
   chosen = steps[-1] if step is None else step
   if chosen not in steps:

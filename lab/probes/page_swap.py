@@ -30,6 +30,7 @@ import numpy as np
 
 from carr_common.vocab import is_correct
 from carr_jax import cli
+from carr_jax.jobs import components
 from lab.shortcuts import FOLLOW_FILE
 
 
@@ -60,7 +61,7 @@ def _probe(args: argparse.Namespace) -> None:
   from carr_jax.jobs import tasks as data_lib
   from carr_jax.jobs.evaluate import EvalOptions, run_evaluations
   config = swap_config(args.config)
-  n = config.train.eval_questions
+  n = components.train_config(config).eval_questions
   swapped = data_lib.load_tasks(config)[1][:n]
   run_evaluations(config, EvalOptions(out=args.out, data="source:eval",
                                       checkpoint=args.checkpoint, samples=args.samples,

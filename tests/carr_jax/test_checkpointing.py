@@ -172,8 +172,7 @@ def test_missing_steps_and_bad_targets_give_clear_errors(tmp_path, mesh):
 
 
 def _config(init_dir="", hf_path=""):
-  return ml_collections.ConfigDict({"checkpoint": {"init_dir": init_dir},
-                                    "model": {"hf_path": hf_path}})
+  return {"init_dir": init_dir, "hf_path": hf_path}
 
 
 def test_resolve_init_source_decision_table(tmp_path, mesh):
@@ -184,22 +183,21 @@ def test_resolve_init_source_decision_table(tmp_path, mesh):
   hf_dir = str(tmp_path / "hf")
   table = [
       (_config(), ck.InitSource.RANDOM),
-      ({}, ck.InitSource.RANDOM),  # a config without these sections
       (_config(hf_path=hf_dir), ck.InitSource.HF_WEIGHTS),
       (_config(init_dir=other_run, hf_path=hf_dir), ck.InitSource.INIT_CHECKPOINT),
       (_config(init_dir=os.path.join(other_run, "5")), ck.InitSource.INIT_CHECKPOINT),
   ]
   for config, expected in table:
-    assert ck.resolve_init_source(work, config) == expected, config
+    assert ck.resolve_init_source(work, **config) == expected, config
   with pytest.raises(ck.CheckpointNotFoundError, match="checkpoint.init_dir=.*nowhere"):
-    ck.resolve_init_source(work, _config(init_dir=str(tmp_path / "nowhere")))
+    ck.resolve_init_source(work, **_config(init_dir=str(tmp_path / "nowhere")))
   # A write cut short leaves an orbax temporary directory: that is no checkpoint.
   os.makedirs(os.path.join(ck.checkpoint_dir(work), "7.orbax-checkpoint-tmp-1234", "state"))
-  assert ck.resolve_init_source(work, _config(hf_path=hf_dir)) == ck.InitSource.HF_WEIGHTS
+  assert ck.resolve_init_source(work, **_config(hf_path=hf_dir)) == ck.InitSource.HF_WEIGHTS
   with ck.TrainCheckpointer(ck.checkpoint_dir(work), save_every=1, keep=1) as ckpt:
     ckpt.save(1, make_state(mesh, seed=1), data={}, meta={})
   for config in (_config(), _config(init_dir=other_run, hf_path=hf_dir)):
-    assert ck.resolve_init_source(work, config) == ck.InitSource.WORKDIR_CHECKPOINT
+    assert ck.resolve_init_source(work, **config) == ck.InitSource.WORKDIR_CHECKPOINT
 
 
 def test_restore_params_takes_only_params_from_another_run(tmp_path, mesh):

@@ -269,24 +269,20 @@ def test_tensorboard_server_serves_the_tags(tmp_path, load_fast):
 
 
 def test_closing_summary_names_both_ends_and_every_output_then_ends_on_heldout(tmp_path):
-  import ml_collections
-
   from carr_jax.evaluation import heldout
   workdir = str(tmp_path)
   for sub in ("tb", "checkpoints", "hf"):
     os.makedirs(os.path.join(workdir, sub))
   heldout.save(workdir, 0, np.array([0.0, 1.0]), 2, {})
   heldout.save(workdir, 4, np.array([1.0, 1.0]), 2, {})
-  config = ml_collections.ConfigDict({"model": {"preset": "tiny_dense"},
-                                      "reward": {"mode": "paper"}, "data": {"source": "jsonl"}})
-  lines = heldout.closing_summary(config, workdir, 4, {"rollout/reward_mean": 0.5},
+  lines = heldout.closing_summary("trained", workdir, {"rollout/reward_mean": 0.5},
                                   {"rollout/reward_mean": 0.25, "rollout/pass_at_group": 0.75})
   assert lines[1].startswith("first step: reward_mean 0.2500 | outcome nan | pass@G 0.7500")
   assert lines[2].startswith("last step: reward_mean 0.5000")
   assert lines[3:6] == [f"tensorboard: {workdir}/tb", f"checkpoints: {workdir}/checkpoints",
                         f"hf_exports: {workdir}/hf"]
   assert lines[-1] == "heldout_accuracy start=0.5000 end=1.0000 n=2 samples=2"
-  assert len(heldout.closing_summary(config, workdir, 4, {})) == len(lines) - 1  # no first
+  assert len(heldout.closing_summary("trained", workdir, {})) == len(lines) - 1  # no first
 
 
 def test_closing_summary_agreement_of_a_run_that_cites_nothing_is_none():

@@ -81,7 +81,6 @@ SFT_WORKER = """
 """
 
 EXPORT_WORKER = """
-    from ml_collections import ConfigDict
     from carr_jax.runs import checkpointing as ckpt_lib
     from carr_jax.rl import loss as loss_lib
     from carr_jax.rl import train_step as ts
@@ -90,9 +89,8 @@ EXPORT_WORKER = """
     state, shardings = ts.create_train_state(CFG, SGD, mesh, seed=0)
     step = ts.make_train_step(CFG, loss_lib.LossConfig(), ts.StepConfig(), SGD, mesh, shardings)
     state, _ = step(state, make_batch())
-    config = ConfigDict({"checkpoint": {"hf_export_every": 1}})
     with ckpt_lib.TrainCheckpointer(os.path.join(OUT, "checkpoints"), save_every=1, keep=1,
-                                    export_fn=hf_export_fn(config, CFG, OUT),
+                                    export_fn=hf_export_fn(1, CFG, OUT),
                                     export_params=lambda s: s.params) as checkpointer:
       assert checkpointer.save(1, state, data={}, meta={})
     params = multihost_utils.process_allgather(state.params, tiled=True)
