@@ -67,7 +67,7 @@ class ReplayEngine(Engine):
   def __init__(self, turn_ids: list[list[int]]):
     self.turn_ids = turn_ids
 
-  async def generate(self, prompt_ids, params, rid=None):
+  async def generate(self, prompt_ids, params, rid=None, routes_from=None):
     ids = self.turn_ids[int(rid.rsplit("/", 1)[1])]
     return GenerationResult(ids, [-1.0] * len(ids), "stop", "bench", len(prompt_ids), rid)
 

@@ -182,10 +182,7 @@ async def _generate(engine: Engine, traj: Trajectory, params: SamplingParams,
   start = time.perf_counter()
   asked = traj.routed_positions if engine.record_routes else None
   try:
-    if asked is None:
-      result = await engine.generate(list(traj.token_ids), params, rid)
-    else:
-      result = await engine.generate(list(traj.token_ids), params, rid, routes_from=asked)
+    result = await engine.generate(list(traj.token_ids), params, rid, routes_from=asked)
   except Exception as e:  # the engine contract says it should not raise; count it anyway
     traj.finish("failed", "engine_error", f"{type(e).__name__}: {e}")
     return None

@@ -13,6 +13,7 @@ delays) a test scripts per request.
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
 import http.server
 import json
@@ -21,6 +22,7 @@ import shutil
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from rollout.engines import sglang_launcher
@@ -117,11 +119,15 @@ class ScriptedServer:
   its scheduler stays busy past the request's timeout.  `control` records every
   update/flush call as (path, body or query).  Each answer echoes the prompt's last id + 1
   as the single output token with log-prob -0.5, after `delay` seconds.  `max_active`
-  records peak concurrency.
+  records peak concurrency.  A request with `return_routed_experts` gets, as SGLang 0.5.23
+  started with --enable-return-routed-experts answers, `meta_info.routed_experts`: base64 of
+  int32 [positions, layers, k] (`route_shape`) for positions routed_experts_start_len ..
+  seqlen - 2 (`routes_for`); the action "no_routes" leaves them out.
   """
 
   def __init__(self, script=(), delay: float = 0.0, weight_version: str = "v0",
-               accept_updates: bool = True):
+               accept_updates: bool = True, route_shape: tuple[int, int] = (2, 2)):
+    self.route_shape = route_shape
     self.script = list(script)
     self.accept_updates = accept_updates
     self.busy = False
@@ -195,16 +201,20 @@ class ScriptedServer:
             return self._send(401, {"error": {"message": "Invalid key sk-echoed0123456789",
                                               "authorization": "Bearer gw-token-0123456789",
                                               "seen": self.headers.get("authorization")}})
-          if action != "ok":
+          if action not in ("ok", "no_routes"):
             status, _, retry_after = action.partition(";Retry-After=")
             return self._send(int(status), {"error": {"message": f"scripted {status}"}},
                               {"Retry-After": retry_after} if retry_after else None)
           out = body["input_ids"][-1] + 1
-          self._send(200, {"text": "", "output_ids": [out], "meta_info": {
-              "id": body["rid"], "finish_reason": {"type": "length", "length": 1},
-              "prompt_tokens": len(body["input_ids"]), "completion_tokens": 1,
-              "weight_version": outer.weight_version,
-              "output_token_logprobs": [[-0.5, out, None]]}})
+          meta = {"id": body["rid"], "finish_reason": {"type": "length", "length": 1},
+                  "prompt_tokens": len(body["input_ids"]), "completion_tokens": 1,
+                  "weight_version": outer.weight_version,
+                  "output_token_logprobs": [[-0.5, out, None]]}
+          if body.get("return_routed_experts") and action != "no_routes":
+            start, end = body.get("routed_experts_start_len", 0), len(body["input_ids"])
+            meta["routed_experts"] = base64.b64encode(
+                outer.routes_for(start, end).tobytes()).decode()
+          self._send(200, {"text": "", "output_ids": [out], "meta_info": meta})
         finally:
           with outer.lock:
             outer.active -= 1
@@ -213,6 +223,12 @@ class ScriptedServer:
     self.httpd.daemon_threads = True
     self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
     self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+  def routes_for(self, start: int, end: int) -> np.ndarray:
+    """The experts the server reports at positions start .. end - 1: int32 [n, layers, k]."""
+    layers, k = self.route_shape
+    grid = np.arange(start, end)[:, None, None] * 7 + np.arange(layers)[:, None] * 3 + np.arange(k)
+    return (grid % 16).astype(np.int32)
 
   def __enter__(self) -> "ScriptedServer":
     self.thread.start()

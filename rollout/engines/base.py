@@ -90,8 +90,12 @@ class Engine(abc.ABC):
 
   @abc.abstractmethod
   async def generate(self, prompt_ids: Sequence[int], params: SamplingParams,
-                     rid: str | None = None) -> GenerationResult:
-    """One completion of `prompt_ids`; see the module docstring for the contract."""
+                     rid: str | None = None, routes_from: int | None = None
+                     ) -> GenerationResult:
+    """One completion of `prompt_ids`; see the module docstring for the contract. With
+    `routes_from` (only when `record_routes`; in [0, len(prompt_ids)]) the result also holds the
+    experts routed from that position on (`GenerationResult.routed_experts`); an engine that
+    records no routes raises ValueError when asked."""
 
   async def generate_many(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                           rids: Sequence[str] | None = None) -> list[GenerationResult]:

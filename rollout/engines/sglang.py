@@ -63,6 +63,7 @@ from carr_common.http_retry import (AttemptFailed, GaveUp, LoopPool, RetryPolicy
                                     with_retries)
 from carr_common.in_flight import InFlight
 from carr_common.redaction import redact
+from rollout import routes
 from rollout.engines.base import (QWEN3_VOCAB_SIZE, Engine, GenerationResult, SamplingParams,
                                   validate_token_ids)
 
@@ -95,8 +96,10 @@ def sampling_payload(params: SamplingParams) -> dict:
           "skip_special_tokens": False, "no_stop_trim": True}
 
 
-def parse_generate_response(body: dict, rid: str, attempts: int) -> GenerationResult:
-  """One /generate answer -> GenerationResult; inconsistent answers become "failed"."""
+def parse_generate_response(body: dict, rid: str, attempts: int,
+                            route_shape: tuple[int, int] | None = None) -> GenerationResult:
+  """One /generate answer -> GenerationResult; inconsistent answers become "failed". With
+  `route_shape` (MoE layers, k), `meta_info.routed_experts` is decoded (rollout/routes.py)."""
   meta = body["meta_info"]
   output_ids = list(body["output_ids"])
   entries = meta.get("output_token_logprobs") or []
@@ -107,11 +110,18 @@ def parse_generate_response(body: dict, rid: str, attempts: int) -> GenerationRe
   if [int(e[1]) for e in entries] != output_ids:
     reason, error = "failed", (f"log-prob token ids {[e[1] for e in entries][:8]}... differ "
                                f"from output_ids {output_ids[:8]}...")
+  routed = None
+  if route_shape is not None and reason in ("stop", "length"):
+    if not isinstance(meta.get("routed_experts"), str):
+      reason, error = "failed", ("no routed_experts in the answer: launch SGLang with "
+                                 "--enable-return-routed-experts")
+    else:
+      routed = routes.decode_sglang(meta["routed_experts"], *route_shape)
   return GenerationResult(
       output_ids=output_ids, logprobs=logprobs, finish_reason=reason,
       weight_version=str(meta.get("weight_version", "")),
       prompt_tokens=int(meta.get("prompt_tokens", 0)), rid=rid, error=error,
-      attempts=attempts)
+      attempts=attempts, routed_experts=routed)
 
 
 class SGLangEngine(Engine):
@@ -121,7 +131,9 @@ class SGLangEngine(Engine):
                max_concurrency: int = 32, max_retries: int = 6, backoff_base: float = 0.5,
                backoff_max: float = 10.0, request_timeout: float = 600.0,
                connect_timeout: float = 5.0, down_cooldown: float = 2.0,
-               idle_timeout: float = 120.0):
+               idle_timeout: float = 120.0, route_shape: tuple[int, int] | None = None):
+    self.route_shape = route_shape  # (MoE layers, k): `generate` takes routes_from=
+    self.record_routes = route_shape is not None
     self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
     if not self.urls:
       raise ValueError("urls: need at least one server URL")
@@ -206,11 +218,18 @@ class SGLangEngine(Engine):
   # ------------------------------------------------------------------ generation
 
   async def generate(self, prompt_ids: Sequence[int], params: SamplingParams,
-                     rid: str | None = None) -> GenerationResult:
+                     rid: str | None = None, routes_from: int | None = None
+                     ) -> GenerationResult:
     validate_token_ids(prompt_ids, self.vocab_size)
+    if routes_from is not None and not (self.record_routes and 0 <= routes_from
+                                        <= len(prompt_ids)):
+      raise ValueError(f"routes_from={routes_from} needs route_shape and a position in "
+                       f"[0, {len(prompt_ids)}]")
     rid = rid or uuid.uuid4().hex
     payload = {"input_ids": list(prompt_ids), "sampling_params": sampling_payload(params),
                "return_logprob": True, "logprob_start_len": -1, "rid": rid, "stream": False}
+    if routes_from is not None:  # the server answers positions [routes_from, seqlen - 1)
+      payload.update(return_routed_experts=True, routed_experts_start_len=routes_from)
 
     def failed(error: str, attempts: int) -> GenerationResult:
       return GenerationResult(output_ids=[], logprobs=[], finish_reason="failed",
@@ -228,7 +247,8 @@ class SGLangEngine(Engine):
       finally:
         self._rid_url.pop(rid, None)
     try:
-      return parse_generate_response(body, rid, attempts)
+      return parse_generate_response(body, rid, attempts,
+                                     self.route_shape if routes_from is not None else None)
     except (KeyError, TypeError, ValueError, IndexError) as e:
       return failed(redact(f"malformed /generate answer ({type(e).__name__}: {e}): "
                            f"{str(body)[:200]}"), attempts)

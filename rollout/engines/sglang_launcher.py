@@ -56,9 +56,11 @@ def server_command(model_path: str, port: int, *, host: str = "127.0.0.1",
                    context_length: int = 512, max_total_tokens: int = 4096,
                    max_running_requests: int = 8, chunked_prefill_size: int = 256,
                    weight_version: str = "default", random_seed: int = 0, dtype: str = "auto",
-                   extra_args: tuple[str, ...] = (), python: str | None = None) -> list[str]:
+                   record_routes: bool = False, extra_args: tuple[str, ...] = (),
+                   python: str | None = None) -> list[str]:
   """The sglang.launch_server command line for the CPU engine: torch-native attention, PyTorch
-  sampling, no overlap schedule, no warm-up."""
+  sampling, no overlap schedule, no warm-up; `record_routes` (MoE routing replay) lets requests
+  ask for their routed experts."""
   return [
       str(python or venv_python()), "-m", "sglang.launch_server",
       "--model-path", str(model_path), "--host", host, "--port", str(port),
@@ -72,6 +74,7 @@ def server_command(model_path: str, port: int, *, host: str = "127.0.0.1",
       "--max-prefill-tokens", str(chunked_prefill_size),
       "--weight-version", weight_version, "--random-seed", str(random_seed),
       "--dtype", dtype,  # "auto" runs fp32 checkpoints in fp16 on CPU; tests ask for float32
+      *(("--enable-return-routed-experts",) if record_routes else ()),
       *extra_args,
   ]
 

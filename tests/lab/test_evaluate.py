@@ -46,7 +46,7 @@ class ScriptedEngine(Engine):
     self.fmt, self.policy, self.block = fmt, policy, block
     self.seen: list[str] = []  # question ids, one per generate call
 
-  async def generate(self, prompt_ids, params, rid=None):
+  async def generate(self, prompt_ids, params, rid=None, routes_from=None):
     validate_token_ids(prompt_ids, self.vocab_size)
     qid, sample, turn = rid.rsplit("/", 2)
     self.seen.append(qid)

@@ -160,7 +160,7 @@ class OneTurnEngine(Engine):
   def __init__(self, fmt, text):
     self.fmt, self.text = fmt, text
 
-  async def generate(self, prompt_ids, params, rid=None):
+  async def generate(self, prompt_ids, params, rid=None, routes_from=None):
     ids = self.fmt.encode(self.text)[:params.max_new_tokens]
     return GenerationResult(ids, [-1e-3] * len(ids), "stop", "v0", len(prompt_ids), rid)
 

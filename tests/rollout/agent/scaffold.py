@@ -27,7 +27,7 @@ class ScriptedEngine(Engine):
     self.calls = []  # (rid, prompt_ids, params, output_ids)
     self.inflight = self.max_inflight = 0
 
-  async def generate(self, prompt_ids, params, rid=None):
+  async def generate(self, prompt_ids, params, rid=None, routes_from=None):
     validate_token_ids(prompt_ids, self.vocab_size)
     self.inflight += 1
     self.max_inflight = max(self.max_inflight, self.inflight)

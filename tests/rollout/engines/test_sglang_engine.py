@@ -260,6 +260,54 @@ def test_update_weights_flushes_old_cache_after_waiting_for_idle():
     assert [path for path, _ in server.control].count("/flush_cache") == 1  # one attempt
 
 
+def test_routes_are_asked_from_a_position_and_decoded():
+  """Routing replay: routes_from=3 asks SGLang for positions 3 .. seqlen - 2 (its
+  routed_experts_start_len); the base64 int32 answer comes back as [positions, layers, k]."""
+  async def ask(url, **kw):
+    engine = SGLangEngine(url, route_shape=(2, 2), **FAST)
+    try:
+      return await engine.generate(PROMPT, SamplingParams(max_new_tokens=1), **kw)
+    finally:
+      await engine.close()
+  with ScriptedServer(route_shape=(2, 2)) as srv:
+    result = run(ask(srv.url, routes_from=3))
+    plain = run(ask(srv.url))
+  assert result.ok and result.routed_experts.dtype == np.int32
+  np.testing.assert_array_equal(result.routed_experts, srv.routes_for(3, len(PROMPT)))
+  assert result.routed_experts.shape == (len(PROMPT) + 1 - 1 - 3, 2, 2)  # prompt + 1 out - 1
+  asked, unasked = srv.requests
+  assert asked["return_routed_experts"] and asked["routed_experts_start_len"] == 3
+  assert "return_routed_experts" not in unasked and plain.routed_experts is None
+
+
+def test_a_missing_or_broken_route_answer_fails_the_request():
+  async def ask(url):
+    engine = SGLangEngine(url, route_shape=(2, 2), **FAST)
+    try:
+      return await engine.generate(PROMPT, SamplingParams(max_new_tokens=1), routes_from=0)
+    finally:
+      await engine.close()
+  with ScriptedServer(["no_routes"]) as srv:
+    missing = run(ask(srv.url))
+  assert missing.finish_reason == "failed" and "--enable-return-routed-experts" in missing.error
+  with ScriptedServer(route_shape=(3, 1)) as srv:  # 3 ints a position: not [layers 2, k 2]
+    broken = run(ask(srv.url))
+  assert broken.finish_reason == "failed" and "routed_experts" in broken.error
+
+
+def test_routes_need_a_route_shape_and_a_position_in_the_prompt():
+  async def ask(engine, routes_from):
+    try:
+      return await engine.generate(PROMPT, SamplingParams(max_new_tokens=1),
+                                   routes_from=routes_from)
+    finally:
+      await engine.close()
+  with pytest.raises(ValueError, match="routes_from=0 needs route_shape"):
+    run(ask(SGLangEngine("http://127.0.0.1:9", **FAST), 0))
+  with pytest.raises(ValueError, match=f"in \\[0, {len(PROMPT)}\\]"):
+    run(ask(SGLangEngine("http://127.0.0.1:9", route_shape=(2, 2), **FAST), len(PROMPT) + 1))
+
+
 def test_inconsistent_logprob_ids_mark_result_failed():
   body = {"output_ids": [5, 6], "meta_info": {
       "finish_reason": {"type": "stop", "matched": 6}, "prompt_tokens": 3,
