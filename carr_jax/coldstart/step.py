@@ -46,7 +46,7 @@ def sft_batch_keys(step_cfg: SFTStepConfig) -> tuple[str, ...]:
 
 
 def loss_sums(params, cfg: Qwen3Config, step_cfg: SFTStepConfig, batch: dict):
-  """(summed NLL, loss tokens, summed entropy, router aux loss) of one (micro-)batch.
+  """(summed NLL, loss tokens, summed entropy, `moe.RouterOut`) of one (micro-)batch.
 
   batch: tokens / positions / segment_ids / targets [R, S]; loss_index [R, K] positions of
   the loss tokens in each row, loss_valid [R, K] 1.0 on real entries (0 on padding).

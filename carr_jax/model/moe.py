@@ -12,6 +12,8 @@ Under a mesh either path runs per device on that device's rows (`_experts_per_sh
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -21,6 +23,14 @@ from carr_jax.model.config import Qwen3Config
 from carr_jax.model.sharding import BATCH
 
 INIT = nn.initializers.normal(stddev=0.02)  # every weight matrix's, here and in the Qwen3 body
+
+
+class RouterOut(NamedTuple):
+  """What the forward's routers add besides hidden states (`Qwen3.hidden_and_aux`)."""
+  loss: jax.Array  # [] the load-balancing loss (`router_aux_loss`)
+  replay_differ: jax.Array  # [] (token, layer) routes whose replayed experts are not the
+  # router's own top-k set (0 without replay)
+  routes: jax.Array  # [] (token, layer) routes of non-padding tokens: the share's divisor
 
 
 def route(router_logits: jax.Array, top_k: int, normalize: bool,
@@ -115,11 +125,23 @@ class MoE(nn.Module):
     combine = _experts_ragged if cfg.moe_impl == "ragged" else _experts_dense
     y = _experts_per_shard(combine, x, experts.reshape(b, t, -1),
                            weights.astype(cdt).reshape(b, t, -1), w_gate, w_up, w_down)
-    # Switch load-balancing statistics over non-padding tokens (summed; finished in Qwen3).
+    # Switch load-balancing statistics over non-padding tokens (summed; finished in Qwen3),
+    # and how many replayed routes are not the router's own top-k set.
     valid = (segment_ids.reshape(-1) > 0).astype(jnp.float32)  # [T]
     counts = jnp.einsum("TKE,T->E", jax.nn.one_hot(experts, e), valid)
     prob_sums = jnp.einsum("TE,T->E", probs, valid)
-    return y, (counts, prob_sums, jnp.sum(valid)), experts.reshape(b, t, -1)
+    differ = jnp.zeros(())
+    if replay is not None:
+      own = jnp.sort(jax.lax.top_k(probs, cfg.num_experts_per_tok)[1], axis=-1)  # [T, k]
+      differ = jnp.sum(jnp.any(own != jnp.sort(experts, axis=-1), axis=-1) * valid)
+    return y, (counts, prob_sums, jnp.sum(valid), differ), experts.reshape(b, t, -1)
+
+
+def router_out(stats, cfg: Qwen3Config) -> RouterOut:
+  """The MoE layers' summed statistics -> `RouterOut`."""
+  num_valid, differ = stats[2], stats[3]  # summed over layers: (token, layer) routes
+  return RouterOut(router_aux_loss(stats, cfg), differ.astype(jnp.float32),
+                   num_valid.astype(jnp.float32))
 
 
 def router_aux_loss(stats, cfg: Qwen3Config) -> jax.Array:
@@ -130,7 +152,7 @@ def router_aux_loss(stats, cfg: Qwen3Config) -> jax.Array:
   """
   if not cfg.is_moe or cfg.router_aux_loss_coef == 0.0:
     return jnp.zeros((), jnp.float32)
-  counts, prob_sums, num_valid = stats
+  counts, prob_sums, num_valid, _ = stats
   denom = jnp.maximum(num_valid, 1.0)  # num_valid is summed over layers already
   loss = cfg.num_experts * jnp.sum((counts / denom) * (prob_sums / denom))
   return cfg.router_aux_loss_coef * loss

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from carr_jax.model import attention, restricted_vocab
 from carr_jax.model.config import Qwen3Config
-from carr_jax.model.moe import INIT, MoE, router_aux_loss
+from carr_jax.model.moe import INIT, MoE, router_out
 from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.model.sharding import BATCH, shard
 
@@ -238,7 +238,7 @@ class Qwen3(nn.Module):
                          "in training, without a KV cache")
       prefix = embed(prefix_tokens)[None]  # [1, P, D]
     e = max(cfg.num_experts, 1)
-    stats = (jnp.zeros((e,)), jnp.zeros((e,)), jnp.zeros(()))
+    stats = (jnp.zeros((e,)), jnp.zeros((e,)), jnp.zeros(()), jnp.zeros(()))
     if routes is not None and not cfg.is_moe:
       raise ValueError("routes to replay are for a mixture-of-experts model")
     (x, stats, _), (cache, experts) = self.layers((x, stats, prefix), positions, segment_ids,
@@ -246,7 +246,8 @@ class Qwen3(nn.Module):
     return self.final_norm(x), stats, cache, experts
 
   def hidden_and_aux(self, tokens, positions, segment_ids, prefix_tokens=None, routes=None):
-    """tokens/positions/segment_ids: [B, T] -> (hidden [B, T, D], router aux loss scalar).
+    """tokens/positions/segment_ids: [B, T] -> (hidden [B, T, D], `moe.RouterOut`: the router
+    aux loss and the replayed routes that differ from the routers' own).
 
     With `prefix_tokens` [P] (P > 0): the tokens that precede every row, at positions
     0 .. P-1 of its first segment; they are computed once, and the hidden states are those
@@ -255,7 +256,7 @@ class Qwen3(nn.Module):
     """
     hidden, stats, _, _ = self._body(tokens, positions, segment_ids, None, prefix_tokens,
                                      routes)
-    return hidden, router_aux_loss(stats, self.cfg)
+    return hidden, router_out(stats, self.cfg)
 
   def routes(self, tokens, positions, segment_ids):
     """[B, T] inputs -> the experts each layer's router picks [L, B, T, k] int32 (MoE only)."""

@@ -55,6 +55,7 @@ from carr_jax.model import qwen3 as model_lib
 from carr_jax.model import sharding
 from carr_jax.model import restricted_vocab
 from carr_jax.model.config import Qwen3Config
+from carr_jax.model.moe import RouterOut
 from carr_jax.model.restricted_vocab import RestrictedVocab
 from carr_jax.rl import loss as loss_lib
 
@@ -178,7 +179,7 @@ def _scatter_rows(values, index, valid, length: int):
 
 def target_logprobs(params, cfg: Qwen3Config, batch, temperature: float, chunk: int,
                     gather: bool, vocab: RestrictedVocab | None = None):
-  """(log-probs of the targets, entropy, router aux loss) of a packed batch.
+  """(log-probs of the targets, entropy, `moe.RouterOut`) of a packed batch.
 
   At every slot ([R, S] each), or with `gather` only at batch["loss_index"] ([R, K] each).
   With a restricted `vocab` both are over its ids (the distribution `carr_jax.model.decode`
@@ -204,7 +205,7 @@ def target_logprobs(params, cfg: Qwen3Config, batch, temperature: float, chunk: 
 
 
 def _token_logprobs(params, cfg: Qwen3Config, step_cfg: StepConfig, batch):
-  """(log-probs [R, S] of the targets, entropy [R, S], router aux loss)."""
+  """(log-probs [R, S] of the targets, entropy [R, S], `moe.RouterOut`)."""
   logp, entropy, aux = target_logprobs(params, cfg, batch, step_cfg.temperature,
                                        step_cfg.logprob_chunk, step_cfg.loss_positions,
                                        step_cfg.vocab)
@@ -230,7 +231,7 @@ class Objective:
   """What a train step minimises; `objective_step_fn` is the one step that runs any of them
   (RL: `rl_objective`; SFT: `carr_jax.coldstart.step.sft_objective`).
 
-  sums(params, micro_batch) -> (loss SUM, statistics pytree, router aux loss) of one slice;
+  sums(params, micro_batch) -> (loss SUM, statistics pytree, `moe.RouterOut`) of one slice;
   total(batch) -> the loss sum's divisor over the WHOLE global batch (its loss tokens);
   empty() -> the statistics of no tokens; combine(a, b) -> the statistics of both;
   metrics(statistics, total) -> dict of scalars.
@@ -245,30 +246,36 @@ class Objective:
 def objective_step_fn(objective: Objective, tx, micro_batches: int
                       ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
   """The pure step `(state, batch) -> (state, metrics)`: gradients of
-  sum / total + aux / micro_batches summed over the micro-batch scan, one optimizer update."""
+  sum / total + aux / micro_batches summed over the micro-batch scan, one optimizer update.
+  Metrics add router_aux_loss and replay_route_mismatch (the share of replayed (token, layer)
+  routes that are not the trainer's own top-k; 0 without replay)."""
   def step(state: TrainState, batch: dict):
     total = objective.total(batch)
     micro, shared = micro_split(batch, micro_batches)
 
     def loss_fn(params, mb):
       loss_sum, stats, aux = objective.sums(params, mb)
-      return loss_sum / total + aux / micro_batches, (stats, aux)
+      return loss_sum / total + aux.loss / micro_batches, (stats, aux)
 
     def body(carry, mb):
       grads, stats, aux_total = carry
       (_, (mb_stats, aux)), g = jax.value_and_grad(loss_fn, has_aux=True)(
           state.params, {**mb, **shared})
       grads = jax.tree.map(jnp.add, grads, g)
-      return (grads, objective.combine(stats, mb_stats), aux_total + aux), None
+      return (grads, objective.combine(stats, mb_stats),
+              jax.tree.map(jnp.add, aux_total, aux)), None
 
     zeros = jax.tree.map(jnp.zeros_like, state.params)
+    no_aux = RouterOut(*(jnp.zeros((), jnp.float32) for _ in RouterOut._fields))
     (grads, stats, aux_total), _ = jax.lax.scan(
-        body, (zeros, objective.empty(), jnp.zeros((), jnp.float32)), micro)
+        body, (zeros, objective.empty(), no_aux), micro)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = objective.metrics(stats, total)
     metrics.update(grad_norm=optax.tree.norm(grads), update_norm=optax.tree.norm(updates),
-                   router_aux_loss=aux_total / micro_batches)
+                   router_aux_loss=aux_total.loss / micro_batches,
+                   replay_route_mismatch=aux_total.replay_differ / jnp.maximum(aux_total.routes,
+                                                                              1.0))
     new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics
   return step

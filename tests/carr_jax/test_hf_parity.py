@@ -67,5 +67,5 @@ def test_logits_and_aux_loss_match_transformers(tmp_path, kind, tied, norm_topk,
   diff = np.abs(logits - out.logits.numpy())[mask].max()
   assert diff <= 1e-4, diff
   if kind == "moe":  # HF reports the raw Switch loss; ours is already times the coefficient
-    np.testing.assert_allclose(float(aux) / cfg.router_aux_loss_coef, float(out.aux_loss),
+    np.testing.assert_allclose(float(aux.loss) / cfg.router_aux_loss_coef, float(out.aux_loss),
                                rtol=0, atol=1e-5)

@@ -159,17 +159,19 @@ def _own_routes(cfg, params, batch):
 
 def test_the_sharded_train_step_replays_routes():
   """Replaying the router's own choice is the unreplayed step (loss and updated parameters,
-  fp32: 1e-5); replaying other experts changes the update (the on-policy loss value is
-  -mean(A) whatever the model, so the parameters tell)."""
+  fp32: 1e-5) and no route differs; replaying other experts changes the update (the on-policy
+  loss value is -mean(A) whatever the model, so the parameters tell) and every route differs
+  (each set shifted by one expert: never the same set of 2 among 8)."""
   plain, m0 = _replay_step(lambda *_: None)
   replayed, m1 = _replay_step(_own_routes)
   np.testing.assert_allclose(m1["loss"], m0["loss"], atol=1e-5, rtol=0)
   for x, y in zip(jax.tree.leaves(replayed), jax.tree.leaves(plain)):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-5, rtol=0)
-  shifted, _ = _replay_step(lambda c, p, b: (_own_routes(c, p, b) + 1) % c.num_experts)
+  assert m0["replay_route_mismatch"] == m1["replay_route_mismatch"] == 0.0
+  shifted, m2 = _replay_step(lambda c, p, b: (_own_routes(c, p, b) + 1) % c.num_experts)
   moved = max(float(np.abs(np.asarray(x) - np.asarray(y)).max())
               for x, y in zip(jax.tree.leaves(shifted), jax.tree.leaves(plain)))
-  assert moved > 1e-4
+  assert moved > 1e-4 and m2["replay_route_mismatch"] == 1.0
 
 
 def test_the_engine_returns_the_routes_it_sampled_with():
