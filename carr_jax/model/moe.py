@@ -12,6 +12,7 @@ Under a mesh either path runs per device on that device's rows (`_experts_per_sh
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import flax.linen as nn
@@ -94,7 +95,8 @@ def _experts_per_shard(combine, x, experts, weights, w_gate, w_up, w_down):
     flat = lambda a: a.reshape(b * t, -1)  # noqa: E731
     return combine(flat(x), flat(experts), flat(weights), *expert_weights).reshape(b, t, d)
   mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty:
+  shards = 1 if mesh.empty else math.prod(mesh.shape[a] for a in BATCH if a in mesh.shape)
+  if mesh.empty or x.shape[0] % shards:  # rows that cannot be split (init's [1, 1] batch)
     return local(x, experts, weights, w_gate, w_up, w_down)
   rows = P(BATCH, None, None)
   return jax.shard_map(local, in_specs=(rows, rows, rows, P(), P(), P()), out_specs=rows,

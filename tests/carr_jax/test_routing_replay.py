@@ -139,8 +139,7 @@ def _replay_step(routes_of):
   mesh = sharding.make_mesh({"data": 2, "fsdp": 1, "expert": 2, "tensor": 1},
                             jax.devices()[:4])
   tx = optax.sgd(1.0)
-  params = M.init_params(cfg, jax.random.key(0))  # off the mesh: the MoE's init batch is [1, 1]
-  state, shardings = ts.create_train_state(cfg, tx, mesh, seed=0, params=params)
+  state, shardings = ts.create_train_state(cfg, tx, mesh, seed=0)  # init on the mesh too
   routes = routes_of(cfg, jax.device_get(state.params), batch)
   step_cfg = ts.StepConfig(on_policy=True, routing_replay=routes is not None)
   if routes is not None:
