@@ -12,7 +12,9 @@ named here, other keys for a stated reason:
                    section: model.output_vocab="task" needs the in-process engine and an
                    in-process task source, whose output ids it collects
   step_config      rollout.temperature: the loss divides logits by the sampling temperature;
-                   loss.old_logprobs: "trainer" is the on-policy step; model.routing_replay
+                   loss.old_logprobs: "trainer" is the on-policy step; model.routing_replay;
+                   loss.kl_coef and the model's router aux loss: skip_zero_gradient needs
+                   neither
   packing_config   model.routing_replay (RL only): the routes' shape, from the model
   pipeline_config  loss.*: rollouts ahead of training need a correction for stale tokens
   engine           seed: the in-process sampler's PRNG seed; rollout.concurrency, .max_context_
@@ -199,13 +201,21 @@ def engine_config(config: Any) -> EngineConfig:
 
 
 def step_config(config: Any, vocab: RestrictedVocab | None = None) -> ts.StepConfig:
-  return from_section(
+  """batch.skip_zero_gradient keeps the gradient only when a zero-advantage token has none:
+  no KL term (loss.kl_coef) and no router aux loss (the model's)."""
+  step = from_section(
       ts.StepConfig, config.batch,
       temperature=config.rollout.temperature or 1.0,  # greedy sampling (0) is read as 1
       loss_positions=config.batch.loss_positions_multiple > 0,
       on_policy=loss_config(config).old_logprobs == "trainer",
       shared_prefix=config.batch.prefix_multiple > 0,
       routing_replay=model_source(config).routing_replay, vocab=vocab)
+  if step.skip_zero_gradient:
+    cfg = model_config(config)
+    if loss_config(config).kl_coef or (cfg.is_moe and cfg.router_aux_loss_coef):
+      raise ValueError("batch.skip_zero_gradient keeps the gradient only when zero-advantage "
+                       "tokens have none: set loss.kl_coef=0 and no router aux loss")
+  return step
 
 
 def sft_step_config(config: Any, vocab: RestrictedVocab | None = None):

@@ -118,10 +118,6 @@ class Trainer:
     run = run_setup.setup_run(config, self.workdir)
     self.mesh, self.cfg, self.tx, self.pack_cfg = run.mesh, run.cfg, run.tx, run.pack_cfg
     self.step_cfg = components.step_config(config, run.vocab)
-    if self.step_cfg.skip_zero_gradient and (self.loss_cfg.kl_coef or (
-        self.cfg.is_moe and self.cfg.router_aux_loss_coef)):
-      raise ValueError("batch.skip_zero_gradient keeps the gradient only when zero-advantage "
-                       "tokens have none: set loss.kl_coef=0 and no router aux loss")
     self.state, self.shardings = run.state, run.shardings
     self.start_step = run.start_step
     if run.data is not None:

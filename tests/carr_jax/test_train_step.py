@@ -114,6 +114,17 @@ def test_the_trainer_leaves_out_zero_gradient_groups_but_never_all():
   assert not trained_groups(np.zeros_like(usable), zero, skip=True).any()
 
 
+def test_leaving_groups_out_is_refused_where_zero_advantage_tokens_have_a_gradient():
+  from carr_jax.jobs import components
+  from configs import base
+  config = base.get_config()
+  config.batch.skip_zero_gradient = True
+  assert components.step_config(config).skip_zero_gradient
+  config.loss.kl_coef = 0.01  # a KL term pulls every token, advantage 0 or not
+  with pytest.raises(ValueError, match="skip_zero_gradient keeps the gradient only"):
+    components.step_config(config)
+
+
 def test_loss_matches_direct_computation_and_masked_tokens_get_no_gradient():
   """The step's loss equals Eq. 15 evaluated on the model's own log-probs of the batch."""
   batch = make_batch()
