@@ -8,7 +8,9 @@ Launch (TPU v5p pod, 64 chips, every host; see scripts/launch_tpu_pod.sh):
 runs the same settings on the tiny MoE model on the CPU.
 
 Experts (128, top-8) are split over the `expert` axis; the router aux loss (coef 0.001 in the
-hub config) is added to the loss. Expect the same curves as the 4B run at ~3x the step time.
+hub config) is added to the loss. The trainer replays the experts the rollout engine chose
+(`model.routing_replay`; launch SGLang with `--enable-return-routed-experts`). Expect the same
+curves as the 4B run at ~3x the step time.
 """
 from configs import base
 from configs.cgrpo_qwen3_4b import apply_variant, paper_settings, split_arg
@@ -21,6 +23,7 @@ def get_config(arg=None):
   apply_variant(c, arg,
                 tpu_mesh={"data": 1, "fsdp": 16, "expert": 4, "tensor": 1, "target_devices": 64},
                 gpu_mesh={"data": 1, "fsdp": 2, "expert": 4, "tensor": 1, "target_devices": 8})
+  c.model.routing_replay = True
   if platform == "tpu":
     # 128 rows of 64k in 2 slices (1 row per chip each): 69 of 95.74 GiB per v5p chip
     # (benchmarks/README.md, TPU compile check).

@@ -81,15 +81,19 @@ def abstract(tree, shardings):
                       tree, shardings)
 
 
-def abstract_batch(mesh, keys, rows: int, row_length: int, loss_positions: int) -> dict:
-  """[rows, row_length] arrays ([rows, loss_positions] for the loss index), split by rows;
-  a shared prefix of no tokens (the worst case: nothing shared)."""
+def abstract_batch(mesh, keys, rows: int, row_length: int, loss_positions: int,
+                   routes: tuple[int, int] = (0, 0)) -> dict:
+  """[rows, row_length] arrays ([rows, loss_positions] for the loss index; [rows, row_length,
+  layers, k] for replayed `routes`), split by rows; a shared prefix of no tokens (the worst
+  case: nothing shared)."""
   import jax
   import jax.numpy as jnp
   from carr_jax.rl import train_step as ts
-  ints = {"tokens", "positions", "segment_ids", "targets", "loss_index", "prefix_tokens"}
+  ints = {"tokens", "positions", "segment_ids", "targets", "loss_index", "prefix_tokens",
+          "routes"}
   width = {"loss_index": loss_positions, "loss_valid": loss_positions}
   shape = lambda k: ((0,) if k in ts.PREFIX_KEYS else () if k in ts.TOTAL_KEYS  # noqa: E731
+                     else (rows, row_length, *routes) if k in ts.ROUTE_KEYS
                      else (rows, width.get(k, row_length)))
   return {k: jax.ShapeDtypeStruct(shape(k), jnp.int32 if k in ints else jnp.float32,
                                   sharding=ts.key_sharding(mesh, k, len(shape(k))))
@@ -167,7 +171,8 @@ def compile_config(config, devices, rows: int = 0, row_length: int = 0) -> tuple
   facts = {"mesh": dict(mesh.shape), "rows": rows, "row_length": row_length,
            "micro_batches": micro_batches, "model_flops": model_flops,
            "attention": attention.resolve(cfg.attention, devices[0].platform, cfg.compute_dtype)}
-  batch = abstract_batch(mesh, keys, rows, row_length, row_length)
+  batch = abstract_batch(mesh, keys, rows, row_length, row_length,
+                         (cfg.num_layers, cfg.num_experts_per_tok))
   reports = [compile_report("train step", ts.jit_step(step, mesh, shardings, keys),
                             (state, batch), mesh, executed)]
   if "sft" not in config and loss_cfg.kl_coef:

@@ -7,7 +7,7 @@ import pytest
 from carr_jax.jobs import aot
 from carr_jax.model import flops as F
 from carr_jax.model.config import get_preset
-from configs import cgrpo_qwen3_4b
+from configs import cgrpo_qwen3_4b, cgrpo_qwen3_30b_a3b
 
 
 def test_dense_flops_by_hand():
@@ -45,6 +45,21 @@ def test_fit_verdict_needs_headroom_and_no_compile_error():
   assert not aot.fits(aot.Report("s", error="RESOURCE_EXHAUSTED"), chip, headroom=0.1)
   with pytest.raises(ValueError, match="unknown TPU chip"):
     aot.chip_of("v9z:2x2")
+
+
+def test_the_moe_config_compiles_with_its_replayed_routes():
+  """The 30B-A3B config replays routes (its `tiny` variant here, 4 CPU devices): the train step
+  takes routes [R, S, layers, k] int32, whose bytes per device are its argument bytes beyond the
+  same step without replay."""
+  config = cgrpo_qwen3_30b_a3b.get_config("tiny")
+  assert config.model.routing_replay
+  (step,), _ = aot.compile_config(config, jax.devices()[:4], rows=4, row_length=64)
+  config.model.routing_replay = False
+  (plain,), _ = aot.compile_config(config, jax.devices()[:4], rows=4, row_length=64)
+  assert not step.error and not plain.error
+  cfg = get_preset("tiny_moe")
+  routes = 4 * 64 * cfg.num_layers * cfg.num_experts_per_tok * 4 / 4  # int32, rows over 4
+  assert step.arguments - plain.arguments == routes
 
 
 def test_compile_config_on_cpu_devices():

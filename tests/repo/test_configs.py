@@ -90,7 +90,7 @@ def test_locked_config_rejects_unknown_keys_and_bad_variants():
 def test_mesh_target_devices_is_checked():
   c = load("configs.cgrpo_qwen3_4b", "tpu")
   with pytest.raises(ValueError, match="written for 64 devices"):
-    sharding.mesh_from_config(c.mesh)
+    sharding.mesh_from_config(components.mesh_config(c))
 
 
 def test_sglang_engine_takes_its_limits_from_the_rollout_section():
