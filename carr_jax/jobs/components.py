@@ -278,7 +278,8 @@ def engine(config: Any, params: Any, cfg: Qwen3Config, weight_version: str,
   replay = model_source(config).routing_replay
   return SGLangEngine(e.urls, vocab_size=cfg.vocab_size, max_concurrency=r.concurrency,
                       idle_timeout=e.sglang_idle_timeout,
-                      route_shape=(cfg.num_layers, cfg.num_experts_per_tok) if replay else None)
+                      route_shape=((cfg.num_layers, cfg.num_experts_per_tok, cfg.num_experts)
+                                   if replay else None))
 
 
 def tool_backend(config: Any, corpus: list[dict]):

@@ -97,9 +97,11 @@ def sampling_payload(params: SamplingParams) -> dict:
 
 
 def parse_generate_response(body: dict, rid: str, attempts: int,
-                            route_shape: tuple[int, int] | None = None) -> GenerationResult:
+                            route_shape: tuple[int, int, int] | None = None
+                            ) -> GenerationResult:
   """One /generate answer -> GenerationResult; inconsistent answers become "failed". With
-  `route_shape` (MoE layers, k), `meta_info.routed_experts` is decoded (rollout/routes.py)."""
+  `route_shape` (MoE layers, k, experts), `meta_info.routed_experts` is decoded and stored
+  compactly (rollout/routes.py; an id outside [0, experts) raises ValueError)."""
   meta = body["meta_info"]
   output_ids = list(body["output_ids"])
   entries = meta.get("output_token_logprobs") or []
@@ -116,7 +118,8 @@ def parse_generate_response(body: dict, rid: str, attempts: int,
       reason, error = "failed", ("no routed_experts in the answer: launch SGLang with "
                                  "--enable-return-routed-experts")
     else:
-      routed = routes.decode_sglang(meta["routed_experts"], *route_shape)
+      layers, k, experts = route_shape
+      routed = routes.compact(routes.decode_sglang(meta["routed_experts"], layers, k), experts)
   return GenerationResult(
       output_ids=output_ids, logprobs=logprobs, finish_reason=reason,
       weight_version=str(meta.get("weight_version", "")),
@@ -131,8 +134,8 @@ class SGLangEngine(Engine):
                max_concurrency: int = 32, max_retries: int = 6, backoff_base: float = 0.5,
                backoff_max: float = 10.0, request_timeout: float = 600.0,
                connect_timeout: float = 5.0, down_cooldown: float = 2.0,
-               idle_timeout: float = 120.0, route_shape: tuple[int, int] | None = None):
-    self.route_shape = route_shape  # (MoE layers, k): `generate` takes routes_from=
+               idle_timeout: float = 120.0, route_shape: tuple[int, int, int] | None = None):
+    self.route_shape = route_shape  # (MoE layers, k, experts): `generate` takes routes_from=
     self.record_routes = route_shape is not None
     self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
     if not self.urls:

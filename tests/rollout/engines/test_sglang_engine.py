@@ -264,7 +264,7 @@ def test_routes_are_asked_from_a_position_and_decoded():
   """Routing replay: routes_from=3 asks SGLang for positions 3 .. seqlen - 2 (its
   routed_experts_start_len); the base64 int32 answer comes back as [positions, layers, k]."""
   async def ask(url, **kw):
-    engine = SGLangEngine(url, route_shape=(2, 2), **FAST)
+    engine = SGLangEngine(url, route_shape=(2, 2, 16), **FAST)
     try:
       return await engine.generate(PROMPT, SamplingParams(max_new_tokens=1), **kw)
     finally:
@@ -272,7 +272,7 @@ def test_routes_are_asked_from_a_position_and_decoded():
   with ScriptedServer(route_shape=(2, 2)) as srv:
     result = run(ask(srv.url, routes_from=3))
     plain = run(ask(srv.url))
-  assert result.ok and result.routed_experts.dtype == np.int32
+  assert result.ok and result.routed_experts.dtype == np.uint8  # compact: 16 experts
   np.testing.assert_array_equal(result.routed_experts, srv.routes_for(3, len(PROMPT)))
   assert result.routed_experts.shape == (len(PROMPT) + 1 - 1 - 3, 2, 2)  # prompt + 1 out - 1
   asked, unasked = srv.requests
@@ -282,7 +282,7 @@ def test_routes_are_asked_from_a_position_and_decoded():
 
 def test_a_missing_or_broken_route_answer_fails_the_request():
   async def ask(url):
-    engine = SGLangEngine(url, route_shape=(2, 2), **FAST)
+    engine = SGLangEngine(url, route_shape=(2, 2, 16), **FAST)
     try:
       return await engine.generate(PROMPT, SamplingParams(max_new_tokens=1), routes_from=0)
     finally:
@@ -293,6 +293,49 @@ def test_a_missing_or_broken_route_answer_fails_the_request():
   with ScriptedServer(route_shape=(3, 1)) as srv:  # 3 ints a position: not [layers 2, k 2]
     broken = run(ask(srv.url))
   assert broken.finish_reason == "failed" and "routed_experts" in broken.error
+
+  async def ask_8(url):  # a model of 8 experts: the server's ids reach 15
+    engine = SGLangEngine(url, route_shape=(2, 2, 8), **FAST)
+    try:
+      return await engine.generate(PROMPT, SamplingParams(max_new_tokens=1), routes_from=0)
+    finally:
+      await engine.close()
+  with ScriptedServer() as srv:
+    outside = run(ask_8(srv.url))
+  assert outside.finish_reason == "failed" and "expert ids must be in [0, 8)" in outside.error
+
+
+def test_an_episode_through_sglang_holds_every_route_the_trainer_replays():
+  """The agent loop over SGLang: two turns with a tool output between them; each turn asks
+  only for the positions not yet seen, and the record's routes cover 0 .. L-2, stored uint8,
+  equal to what the server routed (rollout.routes.check passes)."""
+  from rollout import agent
+  from rollout import routes as routes_lib
+  from rollout.trajectory import Trajectory
+
+  async def episode(url):
+    engine = SGLangEngine(url, route_shape=(2, 2, 16), **FAST)
+    traj = Trajectory.start("q", 0, PROMPT, [])
+    try:
+      for turn in range(2):
+        result = await agent._generate(engine, traj, SamplingParams(max_new_tokens=1),
+                                       f"q/0/{turn}")
+        assert result is not None, traj.error
+        traj.add_generated(result.output_ids, result.logprobs, result.weight_version)
+        if turn == 0:
+          traj.add_observation([20, 21, 22])
+    finally:
+      await engine.close()
+    traj.finish("completed")
+    return traj.to_record()
+  with ScriptedServer(route_shape=(2, 2)) as srv:
+    record = run(episode(srv.url))
+  starts = [r["routed_experts_start_len"] for r in srv.requests]
+  assert starts == [0, len(PROMPT)]  # turn 2 from turn 1's output token, routed only now
+  assert routes_lib.check(record, 2, 2, 16) is None
+  stored = routes_lib.from_json(record["routed_experts"])
+  assert stored.dtype == np.uint8
+  np.testing.assert_array_equal(stored, srv.routes_for(0, len(record["token_ids"]) - 1))
 
 
 def test_routes_need_a_route_shape_and_a_position_in_the_prompt():
@@ -305,7 +348,7 @@ def test_routes_need_a_route_shape_and_a_position_in_the_prompt():
   with pytest.raises(ValueError, match="routes_from=0 needs route_shape"):
     run(ask(SGLangEngine("http://127.0.0.1:9", **FAST), 0))
   with pytest.raises(ValueError, match=f"in \\[0, {len(PROMPT)}\\]"):
-    run(ask(SGLangEngine("http://127.0.0.1:9", route_shape=(2, 2), **FAST), len(PROMPT) + 1))
+    run(ask(SGLangEngine("http://127.0.0.1:9", route_shape=(2, 2, 16), **FAST), len(PROMPT) + 1))
 
 
 def test_inconsistent_logprob_ids_mark_result_failed():
