@@ -3,14 +3,15 @@
 A mixture of experts (`--preset`, default tiny_moe over a `--vocab` of 512; random init, seeded;
 each router's expert columns pulled toward its first, w_e <- w_0 + s (w_e - w_0) with s =
 `--router_spread`: below 1 the logits differ by a fraction s of their size, so near-ties, and
-routes that flip between precisions, are common) samples `--sequences` continuations with the in-process engine in bfloat16 (the precision a
-serving engine runs at), recording the experts it routed each position to. The trainer then
-recomputes the sampled tokens' log-probs in float32 twice: with its own routing (the peer: RL
-without replay) and replaying the engine's routes (`model.routing_replay`). Per side, over the
-sampled tokens, with d = trainer log-prob - engine log-prob (the train step's
-train/rollout_gap and train/rollout_k3): mean |d|, k3 = mean(e^d - 1 - d) (KL(engine || trainer)),
-the share with |d| > ln 2, and the share of (position, layer) routes where the trainer's own
-top-k set differs from the engine's. Last line: the ratio peer / replay of k3 and of mean |d|.
+routes that flip between precisions, are common) samples `--sequences` continuations with the
+in-process engine in bfloat16 (the precision a serving engine runs at), recording the experts it
+routed each position to. The trainer then recomputes the sampled tokens' log-probs in float32
+twice: with its own routing (the peer: RL without replay) and replaying the engine's routes
+(`model.routing_replay`). Per side, over the sampled tokens, with d = trainer log-prob - engine
+log-prob (the train step's train/rollout_gap and train/rollout_k3): mean |d|,
+k3 = mean(e^d - 1 - d) (KL(engine || trainer)), the share with |d| > ln 2, and the share of
+(position, layer) routes where the trainer's own top-k set differs from the engine's. Last line:
+the ratio peer / replay of k3 and of mean |d|.
 
     .venv/bin/python benchmarks/bench_routing_replay.py [--router_spread 0.01] [--sequences 32]
 """

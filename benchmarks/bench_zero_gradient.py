@@ -73,7 +73,8 @@ def finish_sides(running) -> list[dict]:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--init_dir", required=True, help="a run's checkpoints (one that has learned)")
+  parser.add_argument("--init_dir", required=True,
+                      help="a run's checkpoints (one that has learned)")
   parser.add_argument("--config", default="lab/configs/lookup_cpu.py:main")
   parser.add_argument("--steps", type=int, default=8)
   args = parser.parse_args()

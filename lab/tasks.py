@@ -30,7 +30,8 @@ SUMMARY_NAMES = metrics.SUMMARY_NAMES
 
 def eval_metrics(config: Any, records, breakdowns) -> tuple[dict, dict]:
   """(metrics, per-question lists) of a held-out evaluation (lab.metrics.eval_metrics)."""
-  return metrics.eval_metrics(records, breakdowns, components.reward_config(config).shortcut_threshold)
+  threshold = components.reward_config(config).shortcut_threshold
+  return metrics.eval_metrics(records, breakdowns, threshold)
 
 
 WORLD_KEYS = ("eval_fraction", "locality", "distractors", "short_names", "prompt", "mark_names")

@@ -66,6 +66,7 @@ class EngineConfig:
   def urls(self) -> list[str]:
     return [u.strip() for u in self.sglang_urls.split(",") if u.strip()]
 
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
   """The RL loop's length and held-out evaluations (the `train` section)."""
@@ -149,7 +150,8 @@ def model_config(config: Any) -> Qwen3Config:
     arch = read_hf_config(m.hf_path)
   else:
     arch = get_preset(m.preset)
-  cfg = from_section(Qwen3Config, config.model, **{name: getattr(arch, name) for name in ARCHITECTURE})
+  cfg = from_section(Qwen3Config, config.model,
+                     **{name: getattr(arch, name) for name in ARCHITECTURE})
   if config.batch.prefix_multiple > 0 and cfg.is_moe:
     raise ValueError("batch.prefix_multiple > 0 (a shared prefix) is for dense models; this "
                      "model is a mixture of experts: set it to 0")

@@ -367,8 +367,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
   finally:
     trainer.close()
   if trainer.lead:
-    trained = (f"trained {components.model_source(config).preset} with reward.mode={trainer.reward_cfg.mode} for "
-               f"{trainer.num_steps} steps on data.source={trainer.data_cfg.source}")
+    trained = (f"trained {components.model_source(config).preset} with reward.mode="
+               f"{trainer.reward_cfg.mode} for {trainer.num_steps} steps on data.source="
+               f"{trainer.data_cfg.source}")
     print("\n".join(heldout.closing_summary(trained, trainer.workdir, metrics,
                                            trainer.first_metrics,
                                            data_lib.source_summary_names(config))), flush=True)

@@ -33,7 +33,8 @@ def our_logprobs(params, cfg, prompt, output):
 def one_train_step(params, cfg, prompt, output):
   """One AdamW step of Eq. 15 raising the log-prob of `output` (advantage +1)."""
   mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
-  tx = optim.make_optimizer(optim.OptimConfig(learning_rate=1e-3, weight_decay=0.0, grad_clip_norm=0.0))
+  tx = optim.make_optimizer(optim.OptimConfig(learning_rate=1e-3, weight_decay=0.0,
+                                              grad_clip_norm=0.0))
   state, shardings = ts.create_train_state(cfg, tx, mesh, seed=0, params=params)
   ids = np.asarray(prompt + output, np.int32)
   n = len(ids) - 1
