@@ -18,7 +18,7 @@ from ml_collections.config_dict import placeholder
 from carr_jax.coldstart.step import SFTStepConfig
 from carr_jax.jobs.components import EngineConfig, ModelSource, SFTConfig, TrainConfig
 from carr_jax.jobs.pipeline import PipelineConfig
-from carr_jax.jobs.tasks import DataConfig, task_source
+from carr_jax.jobs.tasks import DataConfig, data_config, task_source
 from carr_jax.model.config import ARCHITECTURE, Qwen3Config
 from carr_jax.model.sharding import MeshConfig
 from carr_jax.rl.loss import LossConfig
@@ -126,7 +126,7 @@ def use_task_source(c: ml_collections.ConfigDict, source: str) -> None:
   data and adds the config section it owns: `<source>.SECTION`, at `<source>.config_section()`.
   The module is imported by name (the CPU laboratory's is "lab.tasks", section `world`)."""
   c.data.source = source
-  module = task_source(c.data)
+  module = task_source(data_config(c))
   c[module.SECTION] = module.config_section()
 
 
