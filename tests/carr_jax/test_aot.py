@@ -47,6 +47,7 @@ def test_fit_verdict_needs_headroom_and_no_compile_error():
     aot.chip_of("v9z:2x2")
 
 
+@pytest.mark.slow  # two compiles over the full 151,936-id vocabulary: ~1-2 min on 2 cores
 def test_the_moe_config_compiles_with_its_replayed_routes():
   """The 30B-A3B config replays routes (its `tiny` variant here, 4 CPU devices): the train step
   takes routes [R, S, layers, k] int32, whose bytes per device are its argument bytes beyond the
