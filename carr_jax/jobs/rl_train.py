@@ -61,23 +61,37 @@ logger = logging.getLogger(__name__)
 
 _BATCH_DTYPES = {"tokens": np.int32, "targets": np.int32, "loss_mask": np.float32,
                  "rollout_logprobs": np.float32, "advantages": np.float32,
-                 "segment_ids": np.int32, "positions": np.int32}
+                 "segment_ids": np.int32, "positions": np.int32, "routes": np.int32,
+                 "prefix_tokens": np.int32, "loss_total": np.float32}
+_MAX_RANK = 4  # routes [R, S, layers, k]
 
 
-def share_batch(batch: dict | None, scalars: tuple[str, ...] = ()) -> dict | None:
-  """Process 0's packed batch (or None) on every process, with its float `scalars` (such as
-  `loss_total`); identity on a single process."""
+def batch_keys(pack_cfg: packing.PackingConfig, step_cfg: ts.StepConfig) -> tuple[str, ...]:
+  """The keys of a packed batch (`Trainer.build_batch`), known alike on every process."""
+  return (("tokens", "targets", "loss_mask", "rollout_logprobs", "advantages", "segment_ids",
+           "positions") + (("routes",) if pack_cfg.routes else ())
+          + (("prefix_tokens",) if pack_cfg.prefix_multiple else ())
+          + (("loss_total",) if step_cfg.skip_zero_gradient else ()))
+
+
+def share_batch(batch: dict | None, keys: tuple[str, ...]) -> dict | None:
+  """Process 0's packed batch (or None) on every process: each of `keys` (`batch_keys`), whose
+  shapes go first (a shared prefix's length varies per step); identity on a single process."""
   if jax.process_count() == 1:
     return batch
   from jax.experimental import multihost_utils
   lead = jax.process_index() == 0
-  shape = multihost_utils.broadcast_one_to_all(
-      np.array(batch["tokens"].shape if lead and batch is not None else (0, 0), np.int64))
-  if not shape.all():
+  shapes = np.full((len(keys), _MAX_RANK + 1), -1, np.int64)  # [keys, rank + dims], -1: none
+  if lead and batch is not None:
+    for i, k in enumerate(keys):
+      dims = np.shape(batch[k])
+      shapes[i, 0], shapes[i, 1:1 + len(dims)] = len(dims), dims
+  shapes = multihost_utils.broadcast_one_to_all(shapes)
+  if shapes[0, 0] < 0:
     return None
-  template = ({k: np.asarray(batch[k], d) for k, d in _BATCH_DTYPES.items()} if lead else
-              {k: np.zeros(tuple(shape), d) for k, d in _BATCH_DTYPES.items()})
-  template.update({k: np.float32(batch[k] if lead else 0.0) for k in scalars})
+  dims = {k: tuple(int(n) for n in row[1:1 + row[0]]) for k, row in zip(keys, shapes)}
+  template = {k: (np.asarray(batch[k], _BATCH_DTYPES[k]) if lead
+                  else np.zeros(dims[k], _BATCH_DTYPES[k])) for k in keys}
   return multihost_utils.broadcast_one_to_all(template)
 
 
@@ -328,7 +342,7 @@ class Trainer:
     if self.lead:
       batch, metrics = self.judged(step, *collected)
       metrics["perf/trainer_idle_s"] = waited
-    batch = share_batch(batch, ts.TOTAL_KEYS if self.step_cfg.skip_zero_gradient else ())
+    batch = share_batch(batch, batch_keys(self.pack_cfg, self.step_cfg))
     t1 = time.perf_counter()
     if batch is not None:
       metrics.update(self.update(batch))

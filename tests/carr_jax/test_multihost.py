@@ -62,12 +62,13 @@ PRELUDE = textwrap.dedent("""
 RL_WORKER = """
     from carr_jax.rl import loss as loss_lib
     from carr_jax.rl import train_step as ts
-    from carr_jax.jobs.rl_train import share_batch
+    from carr_jax.jobs.rl_train import batch_keys, share_batch
+    from carr_jax.rl import packing
     from tests.carr_jax.test_multihost import lead_batch, with_loss_positions
     from tests.carr_jax.test_train_step import CFG, SGD
     skip = json.loads(sys.argv[5])  # batch.skip_zero_gradient: the lead's loss_total too
-    batch = share_batch(lead_batch(skip) if jax.process_index() == 0 else None,
-                        ts.TOTAL_KEYS if skip else ())
+    keys = batch_keys(packing.PackingConfig(), ts.StepConfig(skip_zero_gradient=skip))
+    batch = share_batch(lead_batch(skip) if jax.process_index() == 0 else None, keys)
     batch = with_loss_positions(batch)  # every process, after the broadcast (Trainer.update)
     state, shardings = ts.create_train_state(CFG, SGD, mesh, seed=0)
     step_cfg = ts.StepConfig(micro_batches=2, loss_positions=True, skip_zero_gradient=skip)
