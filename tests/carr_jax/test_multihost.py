@@ -76,6 +76,14 @@ RL_WORKER = """
     report(*step(state, batch))
 """
 
+ROUTES_WORKER = """
+    from carr_jax.jobs.rl_train import batch_keys, share_batch
+    from tests.carr_jax.test_multihost import replay_case, replay_step
+    cfg, batch, pack_cfg, step_cfg = replay_case()
+    batch = share_batch(batch if jax.process_index() == 0 else None, batch_keys(pack_cfg, step_cfg))
+    report(*replay_step(mesh, batch))
+"""
+
 SFT_WORKER = """
     from tests.carr_jax.test_multihost import sft_run
     report(*sft_run(mesh))
@@ -117,6 +125,37 @@ def with_loss_positions(batch):
   batch["old_logprobs"] = batch["rollout_logprobs"]
   batch["loss_index"], batch["loss_valid"] = packing.loss_positions(batch["loss_mask"] > 0, 8)
   return batch
+
+
+def replay_case():
+  """(tiny_moe, a batch of 4 rows with routes to replay [4, 12, layers, k] (k distinct random
+  experts per slot), its packing and step configs) for the routing-replay step."""
+  from carr_jax.model.config import get_preset
+  from carr_jax.rl import packing
+  from carr_jax.rl import train_step as ts
+  cfg = get_preset("tiny_moe", vocab_size=256)
+  rng = np.random.default_rng(2)
+  tokens = rng.integers(0, cfg.vocab_size, (4, 12)).astype(np.int32)
+  routes = np.argsort(rng.random((4, 12, cfg.num_layers, cfg.num_experts)), axis=-1)
+  batch = {"tokens": tokens, "positions": np.broadcast_to(np.arange(12), (4, 12)).copy(),
+           "segment_ids": np.ones((4, 12), np.int32), "targets": np.roll(tokens, -1, 1),
+           "loss_mask": (np.arange(12)[None] >= 4).repeat(4, 0).astype(np.float32),
+           "advantages": np.repeat(rng.standard_normal((4, 1)), 12, 1).astype(np.float32),
+           "rollout_logprobs": np.zeros((4, 12), np.float32),
+           "routes": routes[..., :cfg.num_experts_per_tok].astype(np.int32)}
+  pack_cfg = packing.PackingConfig(routes=(cfg.num_layers, cfg.num_experts_per_tok))
+  return cfg, batch, pack_cfg, ts.StepConfig(on_policy=True, routing_replay=True)
+
+
+def replay_step(mesh, batch):
+  """One SGD step of `replay_case`'s model on `batch`: (state, metrics)."""
+  from carr_jax.rl import loss as loss_lib
+  from carr_jax.rl import train_step as ts
+  cfg, _, _, step_cfg = replay_case()
+  tx = optax.sgd(1.0)
+  state, shardings = ts.create_train_state(cfg, tx, mesh, seed=0)
+  step = ts.make_train_step(cfg, loss_lib.LossConfig(), step_cfg, tx, mesh, shardings)
+  return step(state, batch)
 
 
 def sft_run(mesh, steps=2):
@@ -174,6 +213,18 @@ def test_two_processes_equal_one(tmp_path, skip):
   state, metrics = run_steps(MESH, 2, with_loss_positions(lead_batch(skip)), loss_positions=True,
                              skip_zero_gradient=skip)
   assert_same_step(multi, metrics[0], jax.device_get(state).params)
+
+
+@pytest.mark.slow
+def test_replayed_routes_reach_every_process(tmp_path):
+  """Routing replay on 2 processes: the lead's routes are broadcast with the batch (they were
+  not before 2026-11-29: the other process stepped without them) and the step equals one
+  process's on the same mesh."""
+  multi = run_two_processes(ROUTES_WORKER, tmp_path)
+  from carr_jax.model import sharding
+  _, batch, _, _ = replay_case()
+  state, metrics = replay_step(sharding.make_mesh(MESH, jax.devices()[:4]), batch)
+  assert_same_step(multi, jax.device_get(metrics), jax.device_get(state.params))
 
 
 @pytest.mark.slow
