@@ -68,8 +68,7 @@ _MAX_RANK = 4  # routes [R, S, layers, k]
 
 def batch_keys(pack_cfg: packing.PackingConfig, step_cfg: ts.StepConfig) -> tuple[str, ...]:
   """The keys of a packed batch (`Trainer.build_batch`), known alike on every process."""
-  return (("tokens", "targets", "loss_mask", "rollout_logprobs", "advantages", "segment_ids",
-           "positions") + (("routes",) if pack_cfg.routes else ())
+  return (packing.array_keys(bool(pack_cfg.routes))
           + (("prefix_tokens",) if pack_cfg.prefix_multiple else ())
           + (("loss_total",) if step_cfg.skip_zero_gradient else ()))
 
@@ -226,9 +225,10 @@ class Trainer:
       batch = packing.split_shared_prefix(batch, self.pack_cfg.prefix_multiple)
     metrics["train/packing_prefix"] = float(len(batch.get("prefix_tokens", ())))
     batch["loss_mask"] = batch["loss_mask"].astype(np.float32)
-    if self.step_cfg.skip_zero_gradient:
-      every = [flat[i] for i in range(p * g) if usable.reshape(-1)[i]]
-      batch["loss_total"] = np.float32(packing.loss_token_count(every, self.pack_cfg))
+    if self.step_cfg.skip_zero_gradient:  # the packed loss tokens and the left-out groups'
+      left_out = (usable & ~trained).reshape(-1)
+      batch["loss_total"] = np.float32(batch["loss_mask"].sum() + packing.loss_token_count(
+          [flat[i] for i in range(p * g) if left_out[i]], self.pack_cfg))
       metrics["train/left_out_groups"] = float(np.mean(usable.any(axis=1) & ~trained.any(axis=1)))
     return batch, metrics
 

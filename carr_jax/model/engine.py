@@ -64,7 +64,8 @@ from carr_jax.model import hf_io
 from carr_jax.model.config import Qwen3Config
 from carr_jax.model.restricted_vocab import RestrictedVocab
 from rollout import routes as routes_lib
-from rollout.engines.base import Engine, GenerationResult, SamplingParams, validate_token_ids
+from rollout.engines.base import (Engine, GenerationResult, SamplingParams, validate_routes_from,
+                                  validate_token_ids)
 
 
 def bucket(n: int, minimum: int = 1) -> int:
@@ -214,10 +215,8 @@ class JaxEngine(Engine):
     """See `Engine.generate`; `routes_from` (MoE, `record_routes`): also return the experts
     routed at every position from there on (`GenerationResult.routed_experts`)."""
     validate_token_ids(prompt_ids, self.vocab_size)
-    if routes_from is not None and not (self.record_routes and 0 <= routes_from
-                                        <= len(prompt_ids)):
-      raise ValueError(f"routes_from={routes_from} needs record_routes=True and a position "
-                       f"in [0, {len(prompt_ids)}]")
+    validate_routes_from(routes_from, len(prompt_ids), self.record_routes,
+                         "record_routes=True")
     rid = rid or f"anonymous-{next(self._anonymous)}"
     total = len(prompt_ids) + params.max_new_tokens
     if total > self.max_total_len:

@@ -28,7 +28,6 @@ class OptimConfig:
   grad_clip_norm: float = 1.0  # 0 disables global-norm clipping
 
 
-
 def _decay_mask(params):
   return jax.tree_util.tree_map_with_path(
       lambda path, _: not re.search(r"norm", sharding.path_str(path)), params)

@@ -87,6 +87,12 @@ class PackingConfig:
                        f"{self.overflow!r}")
 
 
+def array_keys(routes: bool) -> tuple[str, ...]:
+  """The keys of `PackedBatch.arrays()`: with `routes` when the batch carries them."""
+  return ("tokens", "targets", "loss_mask", "rollout_logprobs", "advantages", "segment_ids",
+          "positions") + (("routes",) if routes else ())
+
+
 @dataclasses.dataclass(frozen=True)
 class PackedBatch:
   tokens: np.ndarray  # [R, S] int32 model inputs
@@ -112,9 +118,7 @@ class PackedBatch:
 
   def arrays(self) -> dict[str, np.ndarray]:
     """The device-side arrays of the batch (the train step's input)."""
-    keys = ("tokens", "targets", "loss_mask", "rollout_logprobs", "advantages", "segment_ids",
-            "positions") + (("routes",) if self.routes is not None else ())
-    return {k: getattr(self, k) for k in keys}
+    return {k: getattr(self, k) for k in array_keys(self.routes is not None)}
 
   def stats(self) -> dict[str, float]:
     return {"rows": self.shape[0], "row_length": self.shape[1],

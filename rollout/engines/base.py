@@ -44,6 +44,15 @@ def validate_token_ids(ids: Sequence[int], vocab_size: int, name: str = "prompt_
       raise InvalidTokenIdsError(f"{name}[{pos}] = {tok} is outside [0, {vocab_size})")
 
 
+def validate_routes_from(routes_from: int | None, prompt_len: int, recording: bool,
+                         needs: str) -> None:
+  """`generate`'s `routes_from`: None, or a position in [0, prompt_len] of an engine that
+  records routes (`needs` names what it takes to record them)."""
+  if routes_from is not None and not (recording and 0 <= routes_from <= prompt_len):
+    raise ValueError(f"routes_from={routes_from} needs {needs} and a position in "
+                     f"[0, {prompt_len}]")
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
   temperature: float = 1.0  # 0 = greedy

@@ -65,7 +65,7 @@ from carr_common.in_flight import InFlight
 from carr_common.redaction import redact
 from rollout import routes
 from rollout.engines.base import (QWEN3_VOCAB_SIZE, Engine, GenerationResult, SamplingParams,
-                                  validate_token_ids)
+                                  validate_routes_from, validate_token_ids)
 
 
 _POLL_S = 0.01  # s between looks at a held or draining engine
@@ -224,10 +224,7 @@ class SGLangEngine(Engine):
                      rid: str | None = None, routes_from: int | None = None
                      ) -> GenerationResult:
     validate_token_ids(prompt_ids, self.vocab_size)
-    if routes_from is not None and not (self.record_routes and 0 <= routes_from
-                                        <= len(prompt_ids)):
-      raise ValueError(f"routes_from={routes_from} needs route_shape and a position in "
-                       f"[0, {len(prompt_ids)}]")
+    validate_routes_from(routes_from, len(prompt_ids), self.record_routes, "route_shape")
     rid = rid or uuid.uuid4().hex
     payload = {"input_ids": list(prompt_ids), "sampling_params": sampling_payload(params),
                "return_logprob": True, "logprob_start_len": -1, "rid": rid, "stream": False}

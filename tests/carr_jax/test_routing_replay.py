@@ -205,6 +205,16 @@ def test_the_engine_returns_the_routes_it_sampled_with():
   with pytest.raises(ValueError, match="record_routes"):
     JaxEngine(params, get_preset("tiny_dense", vocab_size=512), record_routes=True)
 
+  async def unrecorded():
+    engine = JaxEngine(params, cfg, max_batch=2)
+    try:
+      return await engine.generate(prompt, sampling, rid="r", routes_from=0)
+    finally:
+      await engine.close()
+  with pytest.raises(ValueError, match=r"routes_from=0 needs record_routes=True and a position "
+                     r"in \[0, 11\]"):
+    asyncio.run(unrecorded())
+
 
 def test_a_multi_turn_episode_holds_the_routes_of_every_position_the_trainer_computes():
   """The agent asks each turn for the positions it has not seen (routes_from), so after two
