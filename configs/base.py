@@ -60,7 +60,7 @@ def get_config() -> ml_collections.ConfigDict:
   # rollout/agent.py: temperature, top_p, top_k, max_turn_tokens, max_context_tokens,
   # max_tool_calls, stop_on_ill_formed, concurrency, tool_timeout_s, system_prompt;
   # carr_jax/jobs/components.py (EngineConfig): engine, sglang_urls, sglang_idle_timeout,
-  # sync_dir, tokenizer_dir, max_batch; carr_jax/jobs/pipeline.py (PipelineConfig):
+  # sync_dir, tokenizer_dir, max_batch, engine_dtype; carr_jax/jobs/pipeline.py (PipelineConfig):
   # max_staleness, dump_trajectories
   add_fields(c.rollout, RolloutConfig, EngineConfig, PipelineConfig)
 

@@ -84,7 +84,8 @@ from carr_jax.runs import metrics
 # run-directory name -> label; the RL arguments of each: scripts/run_lanes.sh
 METHODS = {"grpo": "GRPO", "cgrpo": "C-GRPO", "noconn": "C-GRPO, no connectivity",
            "rubric": "C-GRPO, a = 1.0", "alpha01": "C-GRPO, a = 0.1",
-           "overlap": "C-GRPO, k = 1", "overlapice": "C-GRPO, k = 1, icepop"}
+           "overlap": "C-GRPO, k = 1", "overlapice": "C-GRPO, k = 1, icepop",
+           "replay": "C-GRPO (MoE), routing replay", "noreplay": "C-GRPO (MoE), no replay"}
 COMPARISON = ("grpo", "cgrpo")  # the default method set
 _COLOURS = ("tab:orange", "tab:blue", "tab:green", "tab:red", "tab:purple")
 STEP_TAGS = {"outcome_reward": "judge/outcome_reward_mean",

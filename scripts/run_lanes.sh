@@ -109,7 +109,10 @@ method_args() {  # the RL arguments of method $1 (its label: shortcuts.py METHOD
     overlap) echo "--config.reward.mode=paper --config.rollout.max_staleness=1" \
       "--config.loss.old_logprobs=rollout --config.loss.importance_sampling=none" ;;
     overlapice) echo "--config.reward.mode=paper --config.rollout.max_staleness=1" ;;
-    *) echo "unknown method $1 (grpo, cgrpo, noconn, rubric, alpha01, overlap, overlapice)" >&2
+    replay) echo "--config.reward.mode=paper --config.model.routing_replay=True" ;;
+    noreplay) echo "--config.reward.mode=paper --config.model.routing_replay=False" ;;
+    *) echo "unknown method $1 (grpo, cgrpo, noconn, rubric, alpha01, overlap, overlapice," \
+      "replay, noreplay)" >&2
       return 2 ;;
   esac
 }

@@ -53,6 +53,8 @@ class EngineConfig:
   sync_dir: str = ""  # HF exports for SGLang, latest kept ("" = workdir/sync)
   tokenizer_dir: str = ""  # Qwen3 tokenizer dir ("" = carr_jax.fetch_tokenizer's cache)
   max_batch: int = 64  # in-process engine: requests generated together
+  engine_dtype: str = ""  # in-process engine: compute dtype ("" = model.compute_dtype;
+  # "bfloat16" samples at a serving engine's precision against a float32 trainer)
 
   def __post_init__(self):
     if self.engine not in ENGINES:
@@ -61,6 +63,12 @@ class EngineConfig:
       raise ValueError("rollout.sglang_urls is required with rollout.engine='sglang'")
     if self.max_batch < 1:
       raise ValueError(f"rollout.max_batch must be >= 1, got {self.max_batch}")
+    if self.engine_dtype not in ("", "float32", "bfloat16"):
+      raise ValueError("rollout.engine_dtype must be '', 'float32' or 'bfloat16', got "
+                       f"{self.engine_dtype!r}")
+    if self.engine_dtype and self.engine != "jax":
+      raise ValueError("rollout.engine_dtype sets the in-process engine's precision; an SGLang "
+                       "server's is set where it is launched")
 
   @property
   def urls(self) -> list[str]:
@@ -268,6 +276,7 @@ def engine(config: Any, params: Any, cfg: Qwen3Config, weight_version: str,
   e, r = engine_config(config), config.rollout
   if e.engine == "jax":
     from carr_jax.model.engine import JaxEngine
+    cfg = cfg.replace(compute_dtype=e.engine_dtype) if e.engine_dtype else cfg
     return JaxEngine(params, cfg, weight_version=weight_version, max_batch=e.max_batch,
                      seed=config.seed, max_total_len=r.max_context_tokens, vocab=vocab,
                      prefix_multiple=config.batch.prefix_multiple,

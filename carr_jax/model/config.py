@@ -78,6 +78,12 @@ _PRESETS = {
     "demo_dense": Qwen3Config(
         vocab_size=151_936, hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2,
         head_dim=32, intermediate_size=384, rope_theta=1_000_000.0, tie_word_embeddings=True),
+    # The demo policy as a mixture of experts: each of 8 experts the dense MLP's size, 2 per
+    # token (lab/upcycle.py builds it from a demo_dense checkpoint: the routing replay study).
+    "demo_moe": Qwen3Config(
+        vocab_size=151_936, hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2,
+        head_dim=32, intermediate_size=384, rope_theta=1_000_000.0, tie_word_embeddings=True,
+        num_experts=8, num_experts_per_tok=2, moe_intermediate_size=384, norm_topk_prob=True),
     # ~50M parameters (embeddings included): the benchmark size.
     "bench_50m": Qwen3Config(
         vocab_size=32_768, hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,

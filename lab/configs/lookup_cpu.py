@@ -10,7 +10,8 @@ the glossary page of the question's link, opened and read, always answers (lab/w
 usual kind without a tool on the other; copying the link into the query is learned suddenly at
 a seed-dependent step, hence 900 steps with a final decay and the gate. `:main` is 50 C-GRPO
 steps; `:stale` gives a quarter of each relation's training shortcut questions a page stating
-the other kind, so the outcome reward pays reading no more than the shortcut. No variant: RL
+the other kind, so the outcome reward pays reading no more than the shortcut; `:moe` is
+`:main` for 30 steps as a mixture of experts (`moe_variant`). No variant: RL
 with held-out avg@2 every 25 steps. Results: docs/results.md.
 """
 from lab.configs import lab_config, sft_section
@@ -41,6 +42,17 @@ def lookup_world(c) -> None:
   c.optim.weight_decay = 0.0
 
 
+def moe_variant(c) -> None:
+  """The main job as a mixture of experts, for routing replay (scripts/reproduce_replay.sh):
+  the cold start's policy upcycled (lab/upcycle.py: 8 experts, 2 per token, near-tied
+  routers) and sampled in bfloat16 against the float32 trainer, so that the engine's routes
+  and the trainer's differ; `model.routing_replay` is set per run."""
+  c.model.preset = "demo_moe"
+  c.rollout.engine_dtype = "bfloat16"
+  c.batch.prefix_multiple = 0  # a shared prefix is for dense models
+  c.train.num_steps = 30
+
+
 def get_config(arg=None):
   """`arg` "sft": the cold start; "main": the main job's C-GRPO run; "stale": the comparison's
   RL, "main" on stale training pages; none: RL with held-out evaluation every 25 steps."""
@@ -63,9 +75,9 @@ def get_config(arg=None):
     c.optim.decay_from = c.sft.num_steps - c.optim.decay_steps
     c.checkpoint.every = 50
     return c
-  if arg not in (None, "main", "stale"):
+  if arg not in (None, "main", "stale", "moe"):
     raise ValueError(f"unknown variant {arg!r} of lab/configs/lookup_cpu.py; known: sft, main, "
-                     f"stale")
+                     f"stale, moe")
   c.loss.importance_sampling = "icepop"  # as the release
   c.batch.skip_zero_gradient = True  # most groups here are all right or all wrong
   c.data.prompts_per_step = 8
@@ -80,7 +92,9 @@ def get_config(arg=None):
   if arg == "stale":
     c.world.stale_fraction = 0.25  # of each relation's training shortcut questions
     c.train.num_steps = 30
-  if arg in ("main", "stale"):  # held-out avg@4 at the start and the end only
+  if arg == "moe":
+    moe_variant(c)
+  if arg in ("main", "stale", "moe"):  # held-out avg@4 at the start and the end only
     c.train.eval_every = c.train.num_steps
     c.train.eval_samples = 4
   return c
