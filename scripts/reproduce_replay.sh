@@ -10,7 +10,8 @@
 #   3. from it, C-GRPO with routing replay into OUT_DIR/replay_<tag> and without into
 #      OUT_DIR/noreplay_<tag>, side by side (the engine samples in bfloat16, the trainer runs
 #      in float32: their routes differ);
-# then OUT_DIR/summary.json and OUT_DIR/table.md (python -m lab.shortcut_report).
+# then OUT_DIR/summary.json and OUT_DIR/table.md (python -m lab.shortcut_report) and
+# OUT_DIR/replay.json with the replay table (python -m lab.replay_report: its --help defines it).
 #   bash scripts/reproduce_replay.sh [OUT_DIR]                 (default workdir/replay)
 # Runs go two at a time, one core each (scripts/run_lanes.sh); every run resumes when rerun.
 set -euo pipefail
@@ -34,3 +35,4 @@ for run in "${runs[@]}"; do
 done
 "$py" -m lab.shortcut_report "$out" --wall-s "$(( $(date +%s) - start ))" \
   --methods replay,noreplay
+"$py" -m lab.replay_report "$out"
