@@ -9,7 +9,8 @@ import sys
 
 from carr_jax import cli
 from carr_jax.jobs import aot as lib
-from carr_jax.jobs.aot import GIB, chip_of, compile_config, fits, format_table, topology_devices
+from carr_jax.jobs.aot import (GIB, chip_of, compile_config, fits, format_roofline, format_table,
+                              topology_devices)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,12 +35,16 @@ def _check(args: argparse.Namespace) -> int:
   reports, facts = compile_config(args.config, devices, args.rows, args.row_length)
   mesh = " x ".join(f"{a} {n}" for a, n in facts["mesh"].items())
   print(f"{topology}: {len(devices)} chips of {chip.hbm_bytes / GIB:.2f} GiB HBM, "
-        f"{chip.peak_flops / 1e12:.0f} TFLOP/s bf16; mesh {mesh}; attention "
+        f"{chip.peak_flops / 1e12:.0f} TFLOP/s bf16, HBM {chip.hbm_bandwidth / 1e9:,.0f} GB/s, "
+        f"ICI {chip.ici_bandwidth / 1e9:,.0f} GB/s out; mesh {mesh}; attention "
         f"{facts['attention']}")
   print(f"batch: {facts['rows']} rows x {facts['row_length']:,} tokens, "
         f"{facts['micro_batches']} micro-batches; train step model FLOPs "
-        f"{facts['model_flops']:.3g} (FLOPs below: executed, remat included)")
-  print(format_table(reports, chip, len(devices)))
+        f"{facts['model_flops']:.3g}")
+  print(format_table(reports, chip))
+  print("roofline per step (each time a lower bound; FLOPs executed, remat included; "
+        "bytes per chip):")
+  print(format_roofline(reports, chip, len(devices)))
   ok = all(fits(r, chip, args.headroom) for r in reports)
   print(f"fits with {args.headroom:.0%} headroom: {'yes' if ok else 'NO'}")
   return 0 if ok else 1

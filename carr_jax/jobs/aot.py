@@ -20,16 +20,29 @@ rounds rows, and a loss at every slot. `model.attention=auto` resolves for the t
 platform (splash on TPU).
 
 Per chip it prints memory (arguments, temporaries, outputs, donated bytes aliased into the
-outputs, their total against the chip's HBM), compile time, the step's FLOPs from the
-model's arithmetic (`carr_jax.model.flops`) and the roofline time at the chip's peak bf16 rate.
+outputs, their total against the chip's HBM) and compile time; then a roofline per function,
+three lower bounds on its time, of which the step takes at least the largest (`bound s`, `by`):
+- compute: executed FLOPs (the model's arithmetic, `carr_jax.model.flops`, recomputation
+  included) / (chips x the chip's bf16 peak); `executed / model` is the recomputation's share;
+- HBM: bytes each chip reads and writes in HBM / its HBM bandwidth;
+- ICI: bytes each chip sends in collectives / its ICI bandwidth (all links, one way). A
+  collective over one mesh axis uses only that axis's links (2 of a v5p chip's 6), so the
+  real time can be a few times this.
+The step equals its largest bound only when the other two hide under it completely.
+Both byte counts come from the compiled HLO with every loop body counted as often as it runs
+(`carr_jax.jobs.hlo_costs`, whose docstring has the formulas; XLA's `cost_analysis()` counts
+loop bodies once). The chips' bandwidths and their sources: `CHIPS`.
 Exit status 1 when a function does not fit: its compile runs out of HBM, or its total
 exceeds (1 - --headroom) of the HBM. Flags: --help.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import time
+
+from carr_jax.jobs import hlo_costs
 
 
 GIB = 1024 ** 3
@@ -39,11 +52,23 @@ GIB = 1024 ** 3
 class Chip:
   hbm_bytes: float  # per chip
   peak_flops: float  # dense bf16 FLOP/s per chip
+  hbm_bandwidth: float  # bytes/s per chip
+  ici_bandwidth: float  # bytes/s one chip sends over all its ICI links at once (one way)
 
 
-# v5p: the HBM XLA reports as available to a program ("exceeds available HBM (95.74G)").
-CHIPS = {"v5p": Chip(95.74 * GIB, 459e12), "v4": Chip(32 * GIB, 275e12),
-         "v5e": Chip(16 * GIB, 197e12), "v6e": Chip(32 * GIB, 918e12)}
+# Google Cloud's TPU pages (cloud.google.com/tpu/docs/v5p, /v5e, /v6e, /v4), read 2026-11:
+# v5p 459 TFLOP/s bf16, HBM 2,765 GB/s, ICI 4,800 Gbps per chip (the page's newer table:
+# 1,200 GB/s bidirectional, i.e. 600 GB/s each way); v5e 197 TFLOP/s, 819 GB/s, 1,600 Gbps
+# (400 GB/s bidirectional); v6e 918 TFLOP/s, 1,638 GB/s, 800 GB/s bidirectional; v4
+# 275 TFLOP/s, 1,200 GB/s, and no per-chip ICI figure (nan: no collective bound). The ICI
+# figure is per chip, all links together, one way: 4,800 Gbps / 8 = 600e9 bytes/s; the ICI
+# bound is the bytes a chip sends in collectives over it, as if every link were busy at once.
+# v5p's HBM size is what XLA reports as available to a program ("exceeds available HBM
+# (95.74G)").
+CHIPS = {"v5p": Chip(95.74 * GIB, 459e12, 2765e9, 600e9),
+         "v4": Chip(32 * GIB, 275e12, 1200e9, float("nan")),
+         "v5e": Chip(16 * GIB, 197e12, 819e9, 200e9),
+         "v6e": Chip(32 * GIB, 918e12, 1638e9, 400e9)}
 
 
 @dataclasses.dataclass
@@ -54,12 +79,40 @@ class Report:
   outputs: float = 0.0
   aliased: float = 0.0  # donated argument bytes reused for outputs
   compile_s: float = 0.0
-  flops: float = 0.0  # executed FLOPs of the whole step (all chips)
+  flops: float = 0.0  # executed FLOPs of the whole step (all chips), remat included
+  model_flops: float = 0.0  # the model's FLOPs (no recomputation), all chips
+  costs: hlo_costs.Costs | None = None  # HBM and ICI bytes per chip, from the compiled HLO
   error: str = ""  # the compiler's out-of-memory message, if any
 
   @property
   def total(self) -> float:
     return self.arguments + self.temporaries + self.outputs - self.aliased
+
+
+@dataclasses.dataclass(frozen=True)
+class Roofline:
+  """Lower bounds on one step's time in seconds; the step takes at least the largest."""
+  compute: float  # executed FLOPs over all chips at the bf16 peak
+  hbm: float  # HBM bytes per chip at the HBM bandwidth
+  collective: float  # collective bytes per chip at the ICI bandwidth
+
+  @property
+  def bound(self) -> float:
+    times = (self.compute, self.hbm, self.collective)
+    return float("nan") if any(math.isnan(t) for t in times) else max(times)
+
+  @property
+  def limit(self) -> str:
+    """Which of the three is the bound."""
+    times = {"compute": self.compute, "HBM": self.hbm, "ICI": self.collective}
+    return "?" if math.isnan(self.bound) else max(times, key=times.get)
+
+
+def roofline(report: Report, chip: Chip, chips: int) -> Roofline:
+  """The bounds of a compiled function (`report.costs` set)."""
+  return Roofline(report.flops / (chips * chip.peak_flops),
+                  report.costs.hbm_bytes / chip.hbm_bandwidth,
+                  report.costs.ici_total / chip.ici_bandwidth)
 
 
 def chip_of(topology: str) -> Chip:
@@ -112,10 +165,11 @@ def worst_case_rows(config, mesh, vocab_size: int, row_length: int) -> int:
   return packing.choose_shape([row_length] * trajectories, pack_cfg)[2]
 
 
-def compile_report(name: str, jitted, args, mesh, flops: float) -> Report:
-  """Lowers and compiles `jitted(*args)` under `mesh`; memory per chip from XLA."""
+def compile_report(name: str, jitted, args, mesh, model_flops: float, flops: float) -> Report:
+  """Lowers and compiles `jitted(*args)` under `mesh`; memory per chip from XLA, HBM and
+  collective bytes per chip from the compiled HLO (`hlo_costs`)."""
   import jax
-  report = Report(name, flops=flops)
+  report = Report(name, flops=flops, model_flops=model_flops)
   start = time.perf_counter()
   try:
     with jax.set_mesh(mesh):
@@ -135,6 +189,7 @@ def compile_report(name: str, jitted, args, mesh, flops: float) -> Report:
   report.temporaries = memory.temp_size_in_bytes
   report.outputs = memory.output_size_in_bytes
   report.aliased = memory.alias_size_in_bytes
+  report.costs = hlo_costs.program_costs(compiled.as_text(), mesh.size)
   return report
 
 
@@ -174,13 +229,14 @@ def compile_config(config, devices, rows: int = 0, row_length: int = 0) -> tuple
   batch = abstract_batch(mesh, keys, rows, row_length, row_length,
                          (cfg.num_layers, cfg.num_experts_per_tok))
   reports = [compile_report("train step", ts.jit_step(step, mesh, shardings, keys),
-                            (state, batch), mesh, executed)]
+                            (state, batch), mesh, model_flops, executed)]
   if "sft" not in config and loss_cfg.kl_coef:
     logprob_keys = ts.logprob_batch_keys(step_cfg)
     logprobs = ts.jit_logprob_fn(cfg, step_cfg, mesh, shardings.params)
+    forward = flops_lib.forward_flops(cfg, rows, row_length, row_length, vocab)
     reports.append(compile_report(
         "ref log-probs", logprobs, (state.params, {k: batch[k] for k in logprob_keys}), mesh,
-        flops_lib.forward_flops(cfg, rows, row_length, row_length, vocab)))
+        forward, forward))
   return reports, facts
 
 
@@ -188,17 +244,37 @@ def fits(report: Report, chip: Chip, headroom: float) -> bool:
   return not report.error and report.total <= (1.0 - headroom) * chip.hbm_bytes
 
 
-def format_table(reports: list, chip: Chip, chips: int) -> str:
+def format_table(reports: list, chip: Chip) -> str:
   """One line per compiled function; memory in GiB per chip."""
   head = (f"{'function':<14} {'args':>7} {'temp':>7} {'out':>7} {'alias':>7} {'total':>7} "
-          f"{'of HBM':>7} {'compile s':>9} {'FLOPs':>9} {'roofline s':>10}")
+          f"{'of HBM':>7} {'compile s':>9}")
   lines = [head]
   for r in reports:
     gib = lambda x: f"{x / GIB:7.2f}"  # noqa: E731
-    roofline = r.flops / (chips * chip.peak_flops)
     lines.append(f"{r.name:<14} {gib(r.arguments)} {gib(r.temporaries)} {gib(r.outputs)} "
                  f"{gib(r.aliased)} {gib(r.total)} {r.total / chip.hbm_bytes:7.0%} "
-                 f"{r.compile_s:9.0f} {r.flops:9.3g} {roofline:10.3g}")
+                 f"{r.compile_s:9.0f}")
     if r.error:
       lines.append(f"  does not fit: {r.error}")
+  return "\n".join(lines)
+
+
+def format_roofline(reports: list, chip: Chip, chips: int) -> str:
+  """Per function: FLOPs, HBM and ICI bytes per chip, the three time bounds and their max."""
+  head = (f"{'function':<14} {'FLOPs':>9} {'executed / model':>16} {'HBM GiB':>8} "
+          f"{'ICI GiB':>8} {'compute s':>9} {'HBM s':>9} {'ICI s':>9} {'bound s':>9}  by")
+  lines = [head]
+  for r in reports:
+    if r.error:
+      continue
+    bounds, costs = roofline(r, chip, chips), r.costs
+    ratio = r.flops / r.model_flops if r.model_flops else float("nan")
+    lines.append(f"{r.name:<14} {r.flops:9.3g} {ratio:16.2f} {costs.hbm_bytes / GIB:8.2f} "
+                 f"{costs.ici_total / GIB:8.3f} {bounds.compute:9.3g} {bounds.hbm:9.3g} "
+                 f"{bounds.collective:9.3g} {bounds.bound:9.3g}  {bounds.limit}")
+    kinds = ", ".join(f"{k} {v / GIB:.3f} GiB ({costs.ici_ops[k]:,.0f} runs)"
+                      for k, v in sorted(costs.ici_bytes.items()))
+    lines.append(f"  collectives per chip: {kinds or 'none'}")
+    if costs.unknown_loops:
+      lines.append(f"  {costs.unknown_loops} loop run(s) of unknown trip count counted once")
   return "\n".join(lines)

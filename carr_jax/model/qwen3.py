@@ -4,7 +4,8 @@ Why Linen: parameters are a plain nested dict, so one ordered regex table shards
 (`carr_jax.model.sharding`), `jax.eval_shape(init)` gives the abstract tree of a 30B model for
 free, orbax saves it as is, and the HF mapping is a pure function of that dict. Layers are
 stacked with `nn.scan` (one compiled layer body, leading L axis on every layer parameter),
-which keeps compile time flat in depth; `remat="full"` recomputes each layer in the backward.
+which keeps compile time flat in depth; `remat` (`carr_jax.model.remat`) chooses what of each
+layer's forward the backward keeps and what it recomputes.
 
 Inputs are `tokens`, `positions` and `segment_ids`, all [B, T]. Segment ids let several
 sequences share a row: attention is causal and never crosses a segment; id 0 is padding.
@@ -26,8 +27,9 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
-from carr_jax.model import attention, restricted_vocab
+from carr_jax.model import attention, remat, restricted_vocab
 from carr_jax.model.config import Qwen3Config
 from carr_jax.model.moe import INIT, MoE, router_out
 from carr_jax.model.restricted_vocab import RestrictedVocab
@@ -114,9 +116,9 @@ class Attention(nn.Module):
 
     def qkv(inputs, pos, rows):
       """inputs [B, T, D], pos [B, T] -> q [B, T, K, G, H], key / value [B, T, K, H]."""
-      q = project(inputs, wq.astype(cdt))  # BTD,DNH->BTNH
-      key = project(inputs, wk.astype(cdt))  # BTD,DKH->BTKH
-      value = project(inputs, wv.astype(cdt))  # BTD,DKH->BTKH
+      q = checkpoint_name(project(inputs, wq.astype(cdt)), "q_proj")  # BTD,DNH->BTNH
+      key = checkpoint_name(project(inputs, wk.astype(cdt)), "k_proj")  # BTD,DKH->BTKH
+      value = checkpoint_name(project(inputs, wv.astype(cdt)), "v_proj")  # BTD,DKH->BTKH
       q = shard(rms_norm(q, q_scale, cfg.rms_norm_eps, cdt), rows, None, "tensor", None)
       key = shard(rms_norm(key, k_scale, cfg.rms_norm_eps, cdt), rows, None, "tensor", None)
       q, key = rope(q, pos, cfg.rope_theta), rope(key, pos, cfg.rope_theta)
@@ -124,7 +126,7 @@ class Attention(nn.Module):
 
     def output(out, rows):  # [B, T, K, G, H] -> [B, T, D]
       out = shard(out.reshape(*out.shape[:2], n, h), rows, None, "tensor", None)
-      return project(out, wo.astype(cdt), n_in=2)  # BTNH,NHD->BTD
+      return checkpoint_name(project(out, wo.astype(cdt), n_in=2), "o_proj")  # BTNH,NHD->BTD
 
     q, key, value = qkv(x, positions, BATCH)
     if prefix is not None:  # one row, replicated: every row shares it
@@ -209,11 +211,9 @@ class Qwen3(nn.Module):
     self.embedding = self.param(
         "embed", lambda rng, s, dt: {"embedding": INIT(rng, s, dt)},
         (cfg.vocab_size, cfg.hidden_size), pdt)
-    layer = DecoderLayer
-    if cfg.remat == "full":
-      layer = nn.remat(layer, prevent_cse=False)
-    elif cfg.remat != "none":
-      raise ValueError(f"model.remat must be 'none' or 'full', got {cfg.remat!r}")
+    layer, saveable = DecoderLayer, remat.policy(cfg.remat).saveable
+    if saveable is not None:
+      layer = nn.remat(layer, prevent_cse=False, policy=saveable)
     self.layers = nn.scan(
         layer, variable_axes={"params": 0}, split_rngs={"params": True},
         in_axes=(nn.broadcast, nn.broadcast, 0), length=cfg.num_layers)(cfg, name="layers")
