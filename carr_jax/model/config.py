@@ -31,7 +31,8 @@ class Qwen3Config:
   moe_intermediate_size: int = 0  # F of one expert
   norm_topk_prob: bool = True  # renormalize the top-k router weights to sum to 1
   router_aux_loss_coef: float = 0.0  # Switch-style load-balancing loss weight (HF: 0.001)
-  moe_impl: str = "ragged"  # "ragged" (sorted grouped matmul) | "dense" (every expert)
+  moe_impl: str = "ragged"  # "ragged" (sorted grouped matmul) | "dense" (every expert) |
+  # "expert_parallel" (tokens to the `expert` mesh axis's shards; carr_jax.model.moe)
   attention: str = "auto"  # auto (by platform) | dense | blockwise | splash | cudnn
   # (carr_jax.model.attention)
   # Numerics and memory.

@@ -1,17 +1,29 @@
 """The Qwen3-MoE layer: top-k routed SwiGLU experts (`carr_jax.model.qwen3.DecoderLayer` runs it
 in place of the MLP when `Qwen3Config.is_moe`), and HF's load-balancing loss.
 
-MoE paths (both exact, both run on CPU/GPU/TPU; `moe_impl` picks one):
+MoE paths (all exact, all run on CPU/GPU/TPU; `moe_impl` picks one):
 - "ragged" (default): tokens are sorted by expert and multiplied with `jax.lax.ragged_dot`
   (a grouped matmul). Cost model: 3 * T*k * D * F multiply-adds (T tokens, k experts per
   token) plus an O(T*k log(T*k)) sort and two gathers of [T*k, D]; dropless, no capacity.
 - "dense": every expert runs on every token and non-selected outputs get weight 0.
   Cost model: 3 * T * E * D * F multiply-adds, i.e. E/k times the useful work; simplest to
   shard (experts as a batch dimension) and fine for tiny models.
-Under a mesh either path runs per device on that device's rows (`_experts_per_shard`).
+- "expert_parallel": tokens travel to the experts instead of experts to the tokens
+  (`_experts_expert_parallel`); the same numbers as "ragged". Cost model per device and
+  layer (G: the `expert` axis's size): an all-gather and a reduce-scatter of [G*T, D] over
+  `expert` in place of gathering all E experts' weights ([E, D, F] three times; it gathers
+  E/G), so it moves fewer bytes when 2*G*T < 3*E*F (decode, short rows; not Qwen3-30B-A3B's
+  64k-token training rows: 2*4*65536 against 3*128*768). Buffers of G*T*k rows (dropless
+  worst case), of which about T*k are in a group: TPU's ragged_dot kernel bounds its grid by
+  the tiles the groups cover, so the rest should cost no arithmetic (not measured).
+Under a mesh each path runs per device on that device's rows (`_experts_per_shard`): "ragged"
+and "dense" gather every expert's weights on every chip per layer; "expert_parallel" gathers
+only the chip's expert shard and moves tokens over the `expert` axis. Without a mesh (or with
+rows that cannot be split) "expert_parallel" is "ragged".
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -56,18 +68,52 @@ def route(router_logits: jax.Array, top_k: int, normalize: bool,
 
 
 def _experts_ragged(x, experts, weights, w_gate, w_up, w_down):
-  """x: [T, D]; experts/weights: [T, k]; w_gate/w_up: [E, D, F]; w_down: [E, F, D]."""
+  """x: [T, D]; experts/weights: [T, k]; w_gate/w_up: [E, D, F]; w_down: [E, F, D].
+
+  A slot whose expert id is E or more adds 0: the expert lives on another shard
+  (`_experts_expert_parallel`). Such slots sort last, outside every group of the ragged dots.
+  """
   num_tokens, top_k = experts.shape
   num_experts = w_gate.shape[0]
   flat = experts.reshape(-1)  # [T*k]
   order = jnp.argsort(flat, stable=True)
   rows = x[order // top_k]  # [T*k, D] sorted by expert
-  group_sizes = jnp.bincount(flat, length=num_experts).astype(jnp.int32)
+  group_sizes = jnp.bincount(flat, length=num_experts).astype(jnp.int32)  # ids >= E dropped
   gate = jax.lax.ragged_dot(rows, w_gate, group_sizes)
   up = jax.lax.ragged_dot(rows, w_up, group_sizes)
   out_sorted = jax.lax.ragged_dot(jax.nn.silu(gate) * up, w_down, group_sizes)  # [T*k, D]
   out = jnp.zeros_like(out_sorted).at[order].set(out_sorted).reshape(num_tokens, top_k, -1)
+  # Rows past the last group are not specified by ragged_dot (zeros on CPU): select, not
+  # multiply, so nothing there can reach the sum.
+  out = jnp.where((experts < num_experts)[..., None], out, 0)  # [T, k, D]
   return jnp.einsum("TKD,TK->TD", out, weights.astype(out.dtype))
+
+
+def _experts_expert_parallel(x, experts, weights, w_gate, w_up, w_down):
+  """One device's share of expert parallelism, inside `shard_map` (`_experts_per_shard`).
+
+  x: [T, D] and experts / weights: [T, k] are this device's tokens; w_gate / w_up:
+  [E/G, D, F] and w_down: [E/G, F, D] are this device's experts, shard s of the G devices
+  along the `expert` axis holding experts s*E/G .. (s+1)*E/G - 1. Steps, per layer:
+    1. all-gather the tokens, expert ids and gate weights over `expert`: [G*T, D], [G*T, k];
+    2. run the local experts on the slots routed to them, the other slots adding 0 (ragged
+       path; ids outside this shard become E/G): partial outputs [G*T, D];
+    3. reduce-scatter the partials over `expert`: each device gets the sum for its own
+       tokens [T, D], i.e. every expert's weighted output, wherever the expert lives.
+  Dropless with static shapes: any one shard may get every slot of the G devices, so the
+  local buffers are sized for it ([G*T*k, D] sorted rows, [G*T*k, F] activations: G times
+  the ragged path's). Bytes moved per layer per device: G*T*D in and G*T*D out (one row per
+  token, not per slot: k times less than a fixed-size all-to-all of [G, T*k, D] that is
+  sized for the same worst case); the weights moved are only this shard's, E/G of them.
+  """
+  axis = "expert"  # the mesh axis the experts are split over (sharding.PARAM_RULES)
+  local = w_gate.shape[0]  # E/G experts on this shard
+  first = jax.lax.axis_index(axis) * local
+  gather = lambda a: jax.lax.all_gather(a, axis, tiled=True)  # noqa: E731  [T, .] -> [G*T, .]
+  ids = gather(experts) - first  # [G*T, k] local expert ids where in [0, E/G)
+  ids = jnp.where((ids >= 0) & (ids < local), ids, local)
+  partial = _experts_ragged(gather(x), ids, gather(weights), w_gate, w_up, w_down)  # [G*T, D]
+  return jax.lax.psum_scatter(partial, axis, scatter_dimension=0, tiled=True)  # [T, D]
 
 
 def _experts_dense(x, experts, weights, w_gate, w_up, w_down):
@@ -80,27 +126,34 @@ def _experts_dense(x, experts, weights, w_gate, w_up, w_down):
   return jnp.einsum("ETD,TE->TD", out, combine.astype(out.dtype))
 
 
-def _experts_per_shard(combine, x, experts, weights, w_gate, w_up, w_down):
-  """`combine` over each device's own rows: x [B, T, D], experts / weights [B, T, k].
+def _experts_per_shard(impl, x, experts, weights, w_gate, w_up, w_down):
+  """The `impl` path over each device's own rows: x [B, T, D], experts / weights [B, T, k].
 
   Under a mesh the rows are split over the batch axes, but the ragged path sorts the flat
   token list; left to GSPMD, that sort and the gather after it run over the GLOBAL token list
   on every device (256 GiB per chip for 128 rows of 64k tokens of Qwen3-30B-A3B). In
-  `shard_map` each device sorts only its tokens; the expert weights are gathered whole per
-  layer (FSDP-style; with expert parallelism an all-to-all dispatch would move tokens
-  instead of weights).
+  `shard_map` each device sorts only its tokens. "ragged" and "dense" gather the expert
+  weights whole per layer (FSDP-style); "expert_parallel" gathers only the device's shard of
+  experts (split over `expert`, whole over the other axes) and moves tokens instead.
   """
-  def local(x, experts, weights, *expert_weights):
+  def local(combine, x, experts, weights, *expert_weights):
     b, t, d = x.shape
     flat = lambda a: a.reshape(b * t, -1)  # noqa: E731
     return combine(flat(x), flat(experts), flat(weights), *expert_weights).reshape(b, t, d)
   mesh = jax.sharding.get_abstract_mesh()
   shards = 1 if mesh.empty else math.prod(mesh.shape[a] for a in BATCH if a in mesh.shape)
   if mesh.empty or x.shape[0] % shards:  # rows that cannot be split (init's [1, 1] batch)
-    return local(x, experts, weights, w_gate, w_up, w_down)
+    combine = _experts_ragged if impl == "expert_parallel" else _COMBINE[impl]
+    return local(combine, x, experts, weights, w_gate, w_up, w_down)
   rows = P(BATCH, None, None)
-  return jax.shard_map(local, in_specs=(rows, rows, rows, P(), P(), P()), out_specs=rows,
+  experts_spec = P("expert", None, None) if impl == "expert_parallel" else P()  # [E, ., .]
+  return jax.shard_map(functools.partial(local, _COMBINE[impl]),
+                       in_specs=(rows, rows, rows) + (experts_spec,) * 3, out_specs=rows,
                        check_vma=False)(x, experts, weights, w_gate, w_up, w_down)
+
+
+_COMBINE = {"ragged": _experts_ragged, "dense": _experts_dense,
+            "expert_parallel": _experts_expert_parallel}  # `Qwen3Config.moe_impl`
 
 
 class MoE(nn.Module):
@@ -124,8 +177,9 @@ class MoE(nn.Module):
     logits = jnp.einsum("TD,DE->TE", tokens, router.astype(cdt))
     replay = None if routes is None else routes.reshape(b * t, -1)
     probs, weights, experts = route(logits, cfg.num_experts_per_tok, cfg.norm_topk_prob, replay)
-    combine = _experts_ragged if cfg.moe_impl == "ragged" else _experts_dense
-    y = _experts_per_shard(combine, x, experts.reshape(b, t, -1),
+    if cfg.moe_impl not in _COMBINE:
+      raise ValueError(f"moe_impl must be one of {sorted(_COMBINE)}, got {cfg.moe_impl!r}")
+    y = _experts_per_shard(cfg.moe_impl, x, experts.reshape(b, t, -1),
                            weights.astype(cdt).reshape(b, t, -1), w_gate, w_up, w_down)
     # Switch load-balancing statistics over non-padding tokens (summed; finished in Qwen3),
     # and how many replayed routes are not the router's own top-k set.
