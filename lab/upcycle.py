@@ -68,9 +68,9 @@ def _check_tree(params: Any, cfg: Qwen3Config) -> None:
     raise ValueError(f"upcycled params do not match the {cfg} layout")
 
 
-def run(dense_dir: str, out_dir: str, preset: str, router_std: float, expert_noise: float,
-        seed: int) -> None:
-  moe_cfg = get_preset(preset)
+def run(dense_dir: str, out_dir: str, moe_cfg: Qwen3Config, router_std: float,
+        expert_noise: float, seed: int) -> None:
+  """Reads the dense params of `dense_dir`, writes `moe_cfg`'s into a checkpoint at out_dir."""
   abstract = qwen3.abstract_params(dense_twin(moe_cfg))
   one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   dense = ckpt_lib.restore_params(dense_dir, ckpt_lib.with_shardings(
@@ -79,10 +79,10 @@ def run(dense_dir: str, out_dir: str, preset: str, router_std: float, expert_noi
   _check_tree(params, moe_cfg)
   with ckpt_lib.TrainCheckpointer(out_dir, save_every=1, keep=1, async_save=False) as ckpt:
     ckpt.save(0, {"params": params}, force=True, data={},
-              meta={"upcycled_from": dense_dir, "preset": preset, "router_std": router_std,
+              meta={"upcycled_from": dense_dir, "router_std": router_std,
                     "expert_noise": expert_noise, "seed": seed})
-  print(f"upcycled {dense_dir} -> {out_dir} ({preset}, router std {router_std}, "
-        f"expert noise {expert_noise}, seed {seed})")
+  print(f"upcycled {dense_dir} -> {out_dir} ({moe_cfg.num_experts} experts, router std "
+        f"{router_std}, expert noise {expert_noise}, seed {seed})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                  help="relative std of each expert's perturbation")
   p.add_argument("--seed", type=int, default=0)
   args = p.parse_args(argv)
-  run(args.dense, args.out, args.preset, args.router_std, args.expert_noise, args.seed)
+  run(args.dense, args.out, get_preset(args.preset), args.router_std, args.expert_noise,
+      args.seed)
   return 0
 
 

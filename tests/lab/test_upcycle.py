@@ -10,7 +10,7 @@ from carr_jax.model.config import get_preset
 from carr_jax.runs import checkpointing as ckpt_lib
 from lab import upcycle
 
-MOE = get_preset("tiny_moe")  # 8 experts, 2 per token, norm_topk_prob
+MOE = get_preset("tiny_moe", vocab_size=1024)  # 8 experts, 2 per token, norm_topk_prob
 
 
 def _inputs():
@@ -57,7 +57,7 @@ def test_checkpoint_round_trip(tmp_path):
   with ckpt_lib.TrainCheckpointer(str(tmp_path / "dense"), save_every=1, keep=1,
                                   async_save=False) as ckpt:
     ckpt.save(7, {"params": dense}, data={}, meta={}, force=True)
-  upcycle.run(str(tmp_path / "dense"), str(tmp_path / "moe"), "tiny_moe", 0.02, 0.0, seed=3)
+  upcycle.run(str(tmp_path / "dense"), str(tmp_path / "moe"), MOE, 0.02, 0.0, seed=3)
   abstract = qwen3.abstract_params(MOE)
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   restored = ckpt_lib.restore_params(str(tmp_path / "moe"), ckpt_lib.with_shardings(
