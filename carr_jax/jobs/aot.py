@@ -31,7 +31,9 @@ three lower bounds on its time, of which the step takes at least the largest (`b
 The step equals its largest bound only when the other two hide under it completely.
 Both byte counts come from the compiled HLO with every loop body counted as often as it runs
 (`carr_jax.jobs.hlo_costs`, whose docstring has the formulas; XLA's `cost_analysis()` counts
-loop bodies once). The chips' bandwidths and their sources: `CHIPS`.
+loop bodies once), and so do the runs of each TPU kernel it prints: splash attention's forward
+runs once per layer and micro-batch, twice under a remat policy that recomputes the core.
+The chips' bandwidths and their sources: `CHIPS`.
 Exit status 1 when a function does not fit: its compile runs out of HBM, or its total
 exceeds (1 - --headroom) of the HBM. Flags: --help.
 """
@@ -275,6 +277,9 @@ def format_roofline(reports: list, chip: Chip, chips: int) -> str:
     kinds = ", ".join(f"{k} {v / GIB:.3f} GiB ({costs.ici_ops[k]:,.0f} runs)"
                       for k, v in sorted(costs.ici_bytes.items()))
     lines.append(f"  collectives per chip: {kinds or 'none'}")
+    if costs.kernels:  # e.g. splash attention's forward: once per layer, twice if recomputed
+      runs = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(costs.kernels.items()))
+      lines.append(f"  kernel runs per chip: {runs}")
     if costs.unknown_loops:
       lines.append(f"  {costs.unknown_loops} loop run(s) of unknown trip count counted once")
   return "\n".join(lines)

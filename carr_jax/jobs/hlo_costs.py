@@ -1,7 +1,8 @@
 """Per-chip traffic of a compiled XLA program, read from its optimized HLO text
 (`jax.jit(f).lower(...).compile().as_text()`): bytes each chip sends over the chip
 interconnect in collectives, and bytes it reads from and writes to HBM. `program_costs(text)`
-returns both; `carr_jax.jobs.aot` turns them into roofline times.
+returns both, and the runs of each TPU kernel (Pallas / Mosaic custom calls, e.g. splash
+attention's forward); `carr_jax.jobs.aot` turns them into roofline times.
 
 Loops count as often as they run. XLA's own `compiled.cost_analysis()` counts a while
 loop's body once, so a step whose layers run in a scan is undercounted by the layer count
@@ -83,6 +84,7 @@ class Costs:
   ici_ops: dict[str, float]  # collective kind -> ops run (loop trips included)
   hbm_bytes: float
   unknown_loops: int  # runs of loops whose trip count could not be read, each counted once
+  kernels: dict[str, float] = dataclasses.field(default_factory=dict)  # TPU kernel -> runs
 
   @property
   def ici_total(self) -> float:
@@ -204,6 +206,15 @@ def collective_bytes(kind: str, n: int, operand_bytes: float) -> float:
   return factor * operand_bytes
 
 
+def kernel_name(inst: Instruction) -> str | None:
+  """The TPU kernel a custom call runs (XLA names the instruction after it, plus a `.N`
+  suffix: `splash_mha_fwd_segmented_residuals.3`); None for any other instruction."""
+  if inst.opcode != "custom-call" or 'custom_call_target="tpu_custom_call"' not in \
+      inst.attributes:
+    return None
+  return inst.name.split(".")[0]
+
+
 def collective_kind(opcode: str) -> str | None:
   base = opcode.removesuffix("-start")
   return base if base in COLLECTIVES else None
@@ -323,6 +334,9 @@ def program_costs(text: str, num_devices: int | None = None) -> Costs:
       n = group_size(inst.attributes, devices)
       costs["ici " + kind] += collective_bytes(kind, n, operands)
       costs["ops " + kind] += 1
+    kernel = kernel_name(inst)
+    if kernel:
+      costs["kernel " + kernel] += 1
     if inst.opcode == "while":
       trips = trip_count(module, comp, inst)
       costs["unknown loops"] += trips is None
@@ -347,4 +361,5 @@ def program_costs(text: str, num_devices: int | None = None) -> Costs:
   total = walk(module.entry, False)
   return Costs({k[4:]: v for k, v in total.items() if k.startswith("ici ")},
                {k[4:]: v for k, v in total.items() if k.startswith("ops ")},
-               float(total["hbm"]), int(total["unknown loops"]))
+               float(total["hbm"]), int(total["unknown loops"]),
+               {k[7:]: v for k, v in total.items() if k.startswith("kernel ")})

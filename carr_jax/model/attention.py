@@ -40,8 +40,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
-from carr_jax.model import fused_attention
+from carr_jax.model import fused_attention, remat
 
 # The most queries / keys per block of "blockwise", by the platform traced for (rows are padded
 # to a multiple of the block); DEFAULT_BLOCK on platforms not listed. On the CPU the smaller
@@ -309,7 +310,9 @@ def _flash(q, k, v, seg, blk):
 
 
 def _flash_fwd(q, k, v, seg, blk):
-  out, lse = _forward(q, k, v, seg, blk)
+  # Named for the remat policies that keep them (`remat.ATTN_CORE`): with q / k / v they are
+  # all the backward reads, so it then never runs `_forward` again.
+  out, lse = (checkpoint_name(x, remat.ATTN_CORE) for x in _forward(q, k, v, seg, blk))
   return (out, lse), (q, k, v, seg, out, lse)
 
 

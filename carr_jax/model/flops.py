@@ -15,7 +15,8 @@ policy's choice is explained) over the parts of `layer_part_flops`, times the de
 recomputed attention core costs its whole forward (the scores for the probabilities, PV for
 the output the o projection's weight gradient needs), whichever implementation runs it.
 tests/carr_jax/test_remat.py checks each policy's parts against the matmuls its compiled
-backward really repeats. Not counted: norms, RoPE, activations, the sort of MoE tokens, and
+backward really repeats, and scripts/check_remat_kernels.py against the splash kernels of the
+compiled TPU step. Not counted: norms, RoPE, activations, the sort of MoE tokens, and
 the dense MoE implementation's extra experts (`moe_impl="dense"`, a test reference, counted
 as top-k). Log-prob recomputation is one forward pass.
 """

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from carr_jax.model import remat
 from carr_jax.model.sharding import BATCH
 
 SPLASH_BLOCK = 512  # queries / keys per splash block (MaxText's TPU default)
@@ -71,8 +72,9 @@ def _splash_kernel(t: int, heads: int, block: int, interpret: bool):
                         block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
                         block_q_dq=block, block_kv_dq=block)
   mask = sm.MultiHeadMask([sm.CausalMask((t, t))] * heads)
+  # The kernel names its output and log-sum-exp for the remat policies that keep them.
   return sk.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
-                            interpret=interpret)
+                            residual_checkpoint_name=remat.ATTN_CORE, interpret=interpret)
 
 
 def _splash_local(q, k, v, segment_ids, interpret: bool):

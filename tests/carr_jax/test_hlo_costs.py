@@ -163,3 +163,16 @@ def test_a_loop_with_an_unreadable_trip_count_counts_once():
   costs = hlo_costs.program_costs(text)
   assert costs.unknown_loops == 1
   assert costs.ici_ops == {"all-reduce": 1, "all-gather": 1}
+
+
+def test_tpu_kernels_count_once_per_loop_trip():
+  """A Pallas kernel (a `tpu_custom_call`, named after the kernel) in the 6-layer body runs 6
+  times; another custom call is no kernel."""
+  kernel = ('  %splash_mha_fwd_segmented_residuals.3 = f32[32,128]{1,0:T(8,128)} custom-call(%x), '
+            'custom_call_target="tpu_custom_call", backend_config={"custom_call_config":{}}\n'
+            '  %buffer.1 = f32[32,128]{1,0:T(8,128)} custom-call(), '
+            'custom_call_target="AllocateBuffer"\n')
+  text = TPU_STYLE.replace("  %one = s32[]{:T(128)} constant(1)\n",
+                           kernel + "  %one = s32[]{:T(128)} constant(1)\n")
+  assert hlo_costs.program_costs(text).kernels == {"splash_mha_fwd_segmented_residuals": 6}
+  assert hlo_costs.program_costs(TPU_STYLE).kernels == {}

@@ -1,18 +1,25 @@
 """Rematerialization policies (`carr_jax.model.remat`): every one trains exactly as "none" does,
-and recomputes in the backward the matmuls `carr_jax.model.flops` counts for it."""
+and recomputes in the backward the matmuls `carr_jax.model.flops` counts for it, and the
+attention kernel's forward exactly when it lists the core. (The same on the compiled TPU
+program: scripts/check_remat_kernels.py, in the TPU virtualenv.)"""
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax._src.cudnn import fused_attention_stablehlo as jax_cudnn
+from jax._src.interpreters import partial_eval as pe
+from jax.extend import core as jax_core
 
 from carr_jax.model import flops as F
+from carr_jax.model import fused_attention
 from carr_jax.model import qwen3 as M
 from carr_jax.model import remat, sharding
 from carr_jax.model.config import get_preset
 from carr_jax.rl import loss as loss_lib
 from carr_jax.rl import train_step as ts
+from tests.carr_jax.test_attention import _inputs
 from tests.carr_jax.test_train_step import SGD, assert_trees_close, make_batch
 
 SELECTIVE = [name for name in remat.POLICIES if name != "none"]
@@ -73,13 +80,62 @@ def test_each_policy_recomputes_the_parts_it_lists(preset):
         name
 
 
+def _equations(jaxpr):
+  """Every equation of `jaxpr` and of the jaxprs inside it (scans, custom rules, remat)."""
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (tuple, list)) else (param,):
+        if isinstance(sub, (jax_core.Jaxpr, jax_core.ClosedJaxpr)):
+          yield from _equations(getattr(sub, "jaxpr", sub))
+
+
+def _splash_kernel_runs(name: str) -> list[str]:
+  """The Pallas kernels that value_and_grad of splash attention (interpret mode) under policy
+  `name` runs, after dead-code elimination (what jit's lowering keeps)."""
+  q, k, v, seg, w = _inputs(1, 128, 1, 2, 32)
+
+  def loss(q, k, v):
+    return jnp.sum(fused_attention.splash(q, k, v, seg, interpret=True) * w)
+  saveable = remat.policy(name).saveable
+  if saveable is not None:
+    loss = jax.checkpoint(loss, policy=saveable)
+  jaxpr = jax.make_jaxpr(jax.value_and_grad(loss, argnums=(0, 1, 2)))(q, k, v).jaxpr
+  live, _ = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))
+  return sorted(str(e.params["name"]) for e in _equations(live)
+                if e.primitive.name == "pallas_call")
+
+
+@pytest.mark.parametrize("name", list(remat.POLICIES))
+def test_splash_forward_runs_again_only_where_the_policy_recomputes_the_core(name):
+  """The kernel's own names on its output and log-sum-exp (`remat.ATTN_CORE`) let a policy
+  keep them; then the backward runs only the dq / dkv kernels. (value_and_grad needs the
+  attention's value, as the model's next layer does, so the forward kernel runs once before
+  the backward under every policy.)"""
+  forward = ["splash_mha_fwd_segmented_residuals"]
+  again = forward if "core" in remat.policy(name).recomputes else []
+  backward = ["splash_mha_dkv_segmented_no_residuals", "splash_mha_dq_segmented_no_residuals"]
+  assert _splash_kernel_runs(name) == sorted(forward + again + backward)
+
+
+def test_the_cudnn_forward_is_matched_by_the_primitive_jax_binds():
+  """jax's cuDNN attention names nothing; the policies match the primitive its training
+  forward binds (no GPU here to run it: the name is all that can be checked)."""
+  assert jax_cudnn._dot_product_attention_fwd_p_wrapper.name == remat.CUDNN_FORWARD
+  cudnn_forward = jax_cudnn._dot_product_attention_fwd_p_wrapper
+  for name, policy in remat.POLICIES.items():
+    keeps = policy.saveable is not None and policy.saveable(cudnn_forward) is True
+    assert keeps == (name != "none" and "core" not in policy.recomputes), name
+
+
 def test_executed_flops_by_hand():
   """tiny_dense (D 64, 4 heads / 2 kv of 32, F 128, 2 layers) on 2 rows of 8 (16 tokens); per
   layer: q / k / v 2*16*64*8*32, o 2*16*128*64, gate + up 2*16*2*64*128, core 4*4*32*2*36."""
   cfg = get_preset("tiny_dense")
   qkv, o, mlp_in, core = 524_288, 262_144, 524_288, 36_864
-  recomputed = {"none": 0, "dots": core, "attn_proj": core + mlp_in,
-                "attn_proj_offload": core + mlp_in, "full": qkv + o + core + mlp_in}
+  recomputed = {"none": 0, "dots": core, "dots_attn": 0, "attn_proj": core + mlp_in,
+                "attn_proj_core": mlp_in, "attn_proj_offload": core + mlp_in,
+                "full": qkv + o + core + mlp_in}
   assert set(recomputed) == set(remat.POLICIES)
   assert set(F.layer_part_flops(cfg, 2, 8)) == set(remat.PARTS)
   assert all(set(p.recomputes) <= set(remat.PARTS) for p in remat.POLICIES.values())
@@ -90,9 +146,11 @@ def test_executed_flops_by_hand():
 
 def test_executed_flops_rise_as_the_policy_keeps_less():
   """The paper's 4B model on 64k rows: each policy keeps less than the one before and pays
-  more; "full" repeats less than a whole layers forward (4/3 of the model FLOPs at most)."""
+  more ("attn_proj_core" keeps the core, "dots" the MLP, and at 64k the core costs more);
+  "full" repeats less than a whole layers forward (4/3 of the model FLOPs at most). The dense
+  model's "dots_attn" recomputes no matmul."""
   cfg = get_preset("qwen3_4b_thinking_2507")
-  order = ["none", "dots", "attn_proj", "full"]
+  order = ["none", "attn_proj_core", "dots", "attn_proj", "full"]
   ratio = {}
   for name in remat.POLICIES:
     model, executed = F.train_step_flops(cfg.replace(remat=name), 2, 65_536, 65_536)
@@ -100,9 +158,11 @@ def test_executed_flops_rise_as_the_policy_keeps_less():
   assert ratio["none"] == 1.0
   assert all(ratio[a] < ratio[b] for a, b in zip(order, order[1:])), ratio
   assert ratio["attn_proj_offload"] == ratio["attn_proj"]
+  assert ratio["dots_attn"] == ratio["none"]
   assert ratio["full"] < 4 / 3
 
 
 def test_an_unknown_policy_is_refused_with_the_known_names():
-  with pytest.raises(ValueError, match="none, dots, attn_proj, attn_proj_offload, full"):
+  names = "none, dots, dots_attn, attn_proj, attn_proj_core, attn_proj_offload, full"
+  with pytest.raises(ValueError, match=names):
     M.init_params(get_preset("tiny_dense", remat="minimal"), jax.random.key(0))
