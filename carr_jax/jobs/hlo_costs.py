@@ -24,13 +24,16 @@ async pair (`all-gather-start` / `-done`, or `async-start` around a collective) 
 
 HBM bytes: every instruction outside fusions reads its operands and writes its result;
 a fusion reads its operands and writes its result at its boundary (what it does inside
-stays on chip). As in XLA's own cost model, a fused operand used only by (dynamic-)slices
-is read as the slices' bytes, and a result made by a dynamic-update-slice into an operand
-(in place) writes only the update; top-level slices and updates likewise. Operands and
-results that XLA's memory-space assignment put in on-chip memory (layout `S(1)`, VMEM on
-TPU; any `S(n)`, n > 0) are left out; bookkeeping ops (tuples, bitcasts, parameters,
-constants, the `-done` half of an async pair, buffer allocations) move nothing. An
-estimate of what the program moves, not a lower bound on any program.
+stays on chip). As in XLA's own cost model, a fused operand used only by (dynamic-)slices,
+also inside nested fusions, is read as the slices' bytes, and a result made by a
+dynamic-update-slice into an operand (in place) writes only the update; top-level slices
+and updates likewise. Unlike XLA's model, slices are also followed through bitcasts,
+reshapes, copies, converts and pads (a slice of a pad is taken to read the same share of
+its operand): TPU's windowed matmul loops read one window of the activations per trip so.
+Operands and results that XLA's memory-space assignment put in on-chip memory (layout
+`S(1)`, VMEM on TPU; any `S(n)`, n > 0) are left out; bookkeeping ops (tuples, bitcasts,
+parameters, constants, the `-done` half of an async pair, buffer allocations) move nothing.
+An estimate of what the program moves, not a lower bound on any program.
 """
 from __future__ import annotations
 
@@ -48,6 +51,8 @@ FREE_OPS = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "w
             "call-done", "copy-done", "all-gather-done", "all-reduce-done",
             "collective-permute-done", "send-done", "recv-done"}
 SLICES = {"slice", "dynamic-slice"}
+# A slice of their result reads the same share of their (first) operand.
+PASS_THROUGH = {"bitcast", "reshape", "copy", "convert", "pad"}
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([0-9,<=]*)\](?:\{([^}]*)\})?")
 _INSTRUCTION = re.compile(r"\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)", re.DOTALL)
 _HEADER = re.compile(r"(ENTRY\s+)?%?([\w.\-]+)\s*\(")
@@ -260,21 +265,36 @@ def trip_count(module: Module, caller: Computation, loop: Instruction) -> int | 
 
 # ------------------------------------------------------------------ HBM bytes
 
-def fusion_hbm_bytes(fusion: Instruction, fused: Computation) -> int:
-  """Bytes a fusion reads and writes in HBM at its boundary (module docstring)."""
-  users = collections.defaultdict(list)
-  for inst in fused.instructions.values():
-    for operand in inst.operands:
-      users[operand].append(inst)
-  read = 0
-  for param in (i for i in fused.instructions.values() if i.opcode == "parameter"):
-    uses = users[param.name]
-    if uses and all(u.operands[0] == param.name and u.opcode in SLICES | {"dynamic-update-slice"}
-                    for u in uses):  # read only the slices; an in-place update reads nothing
-      in_hbm = hbm_bytes(param.shape) > 0
-      read += in_hbm * sum(array_bytes(u.shape) for u in uses if u.opcode in SLICES)
+def read_share(module: Module, fused: Computation, name: str) -> float:
+  """Share of fused instruction `name`'s bytes its fusion reads (at most 1): the sum of its
+  slices' shares when every use is a (dynamic-)slice or, recursively, a pass-through op or a
+  nested fusion's parameter; nothing for the target of an in-place update; else 1."""
+  users = [u for u in fused.instructions.values() if name in u.operands]
+  if not users or name == fused.root:
+    return 1.0
+  share = 0.0
+  for user in users:
+    if user.opcode in SLICES and user.operands[0] == name:
+      share += array_bytes(user.shape) / max(1, array_bytes(fused.instructions[name].shape))
+    elif user.opcode == "dynamic-update-slice" and user.operands[0] == name:
+      continue  # updated in place: not read (the update itself is another operand)
+    elif user.opcode in PASS_THROUGH and user.operands[0] == name:
+      share += read_share(module, fused, user.name)
+    elif user.opcode == "fusion":
+      nested = module.computations[called(user, "calls")[0]]
+      params = {int(i.args): i.name for i in nested.instructions.values()
+                if i.opcode == "parameter"}
+      share += sum(read_share(module, nested, params[k])
+                   for k, operand in enumerate(user.operands) if operand == name)
     else:
-      read += hbm_bytes(param.shape)
+      return 1.0
+  return min(share, 1.0)
+
+
+def fusion_hbm_bytes(module: Module, fusion: Instruction, fused: Computation) -> float:
+  """Bytes a fusion reads and writes in HBM at its boundary (module docstring)."""
+  read = sum(hbm_bytes(i.shape) * read_share(module, fused, i.name)
+             for i in fused.instructions.values() if i.opcode == "parameter")
   root = fused.instructions[fused.root]
   parts = [fused.instructions[n] for n in root.operands] if root.opcode == "tuple" else [root]
   outputs = arrays(fusion.shape)
@@ -350,7 +370,8 @@ def program_costs(text: str, num_devices: int | None = None) -> Costs:
     elif inst.opcode == "fusion":
       costs += walk(called(inst, "calls")[0], True)
       if not fused:
-        costs["hbm"] += fusion_hbm_bytes(inst, module.computations[called(inst, "calls")[0]])
+        fused_comp = module.computations[called(inst, "calls")[0]]
+        costs["hbm"] += fusion_hbm_bytes(module, inst, fused_comp)
     elif inst.opcode in ("call", "call-start", "async-start"):
       for name in called(inst, "calls") or called(inst, "to_apply"):
         costs += walk(name, fused)

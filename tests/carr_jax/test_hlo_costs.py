@@ -176,3 +176,53 @@ def test_tpu_kernels_count_once_per_loop_trip():
                            kernel + "  %one = s32[]{:T(128)} constant(1)\n")
   assert hlo_costs.program_costs(text).kernels == {"splash_mha_fwd_segmented_residuals": 6}
   assert hlo_costs.program_costs(TPU_STYLE).kernels == {}
+
+
+# One trip of a TPU windowed matmul (XLA's loop for an FSDP weight, sharded on the contracting
+# dim): a nested fusion pads the activations x [4, 1, 1024] to [4, 2, 1024] two ways and
+# dynamic-slices one 128-wide window of each, a dot with the two weight shards adds into the
+# accumulator. Only the two windows of x are read, not all of x.
+WINDOWED = """HloModule window, num_partitions=16
+
+%two_windows (p0: s32[], p1: bf16[4,1,1024], p2: s32[]) -> bf16[4,2,128] {
+  %p1 = bf16[4,1,1024]{2,1,0:T(8,128)(2,1)} parameter(1)
+  %ninf = bf16[]{:T(256)} constant(-inf)
+  %zero = s32[]{:T(128)} constant(0)
+  %p0 = s32[]{:T(128)S(6)} parameter(0)
+  %low = bf16[4,2,1024]{2,1,0:T(8,128)(2,1)} pad(%p1, %ninf), padding=0_0x0_1x0_0
+  %a = bf16[4,2,128]{2,1,0:T(8,128)(2,1)} dynamic-slice(%low, %zero, %zero, %p0), dynamic_slice_sizes={4,2,128}
+  %p2 = s32[]{:T(128)S(6)} parameter(2)
+  %high = bf16[4,2,1024]{2,1,0:T(8,128)(2,1)} pad(%p1, %ninf), padding=0_0x1_0x0_0
+  %b = bf16[4,2,128]{2,1,0:T(8,128)(2,1)} dynamic-slice(%high, %zero, %zero, %p2), dynamic_slice_sizes={4,2,128}
+  ROOT %both = bf16[4,2,128]{2,1,0:T(8,128)(2,1)} maximum(%a, %b)
+}
+
+%window_matmul (p0: s32[], p1: bf16[4,1,1024], p2: s32[], p3: bf16[2,128,256], p4: bf16[4,256]) -> bf16[4,256] {
+  %p0 = s32[]{:T(128)S(6)} parameter(0)
+  %p1 = bf16[4,1,1024]{2,1,0:T(8,128)(2,1)} parameter(1)
+  %p2 = s32[]{:T(128)S(6)} parameter(2)
+  %window = bf16[4,2,128]{2,1,0:T(8,128)(2,1)} fusion(%p0, %p1, %p2), kind=kLoop, calls=%two_windows
+  %p3 = bf16[2,128,256]{2,1,0:T(8,128)(2,1)} parameter(3)
+  %dot = bf16[4,256]{1,0:T(8,128)(2,1)} dot(%window, %p3), lhs_contracting_dims={1,2}, rhs_contracting_dims={0,1}
+  %p4 = bf16[4,256]{1,0:T(8,128)(2,1)} parameter(4)
+  ROOT %sum = bf16[4,256]{1,0:T(8,128)(2,1)} add(%p4, %dot)
+}
+
+ENTRY %main (x: bf16[4,1,1024], w: bf16[2,128,256], acc: bf16[4,256], i: s32[], j: s32[]) -> bf16[4,256] {
+  %x = bf16[4,1,1024]{2,1,0:T(8,128)(2,1)} parameter(0)
+  %w = bf16[2,128,256]{2,1,0:T(8,128)(2,1)} parameter(1)
+  %acc = bf16[4,256]{1,0:T(8,128)(2,1)} parameter(2)
+  %i = s32[]{:T(128)S(6)} parameter(3)
+  %j = s32[]{:T(128)S(6)} parameter(4)
+  ROOT %out = bf16[4,256]{1,0:T(8,128)(2,1)} fusion(%i, %x, %j, %w, %acc), kind=kOutput, calls=%window_matmul
+}
+"""
+
+
+def test_a_window_sliced_through_a_pad_in_a_nested_fusion_reads_only_the_window():
+  costs = hlo_costs.program_costs(WINDOWED)
+  window = 4 * 1 * 128 * 2  # the part of x [4, 1, 1024] bf16 in one [4, 2, 128] window: 1 KiB
+  weights, accumulator = 2 * 128 * 256 * 2, 4 * 256 * 2
+  # Read: two windows (not all 8 KiB of x), the weights and the accumulator (the indices
+  # are in S(6), on chip); written: the accumulator.
+  assert costs.hbm_bytes == 2 * window + weights + accumulator + accumulator
