@@ -135,7 +135,9 @@ def get_config(arg=None):
   if "sft" in extras and platform == "tiny":
     tiny_sft(c)
   if platform == "tpu" and "sft" not in extras:
-    # 128 rows of 64k: one slice holds 2 rows per chip, 45 of 95.74 GiB per v5p chip; in one
-    # slice (8 rows per chip) the step needs 128 GiB (benchmarks/README.md, TPU compile check).
-    c.batch.micro_batches = 4
+    # 128 rows of 64k in 8 slices (1 row per chip each), keeping every matmul's output and the
+    # attention core (remat dots_attn): 65.71 of 95.74 GiB per v5p chip (69%), executed / model
+    # FLOPs 1.00 against full remat's 1.30 (benchmarks/README.md, ## aot, remat policies).
+    c.batch.micro_batches = 8
+    c.model.remat = "dots_attn"
   return c

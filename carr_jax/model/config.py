@@ -39,7 +39,8 @@ class Qwen3Config:
   param_dtype: str = "float32"  # master weights (fp32 for training)
   compute_dtype: str = "float32"  # bf16 on accelerators; norms/softmax/logits stay fp32
   remat: str = "none"  # what the backward keeps of each layer's forward: none (all) | dots |
-  # dots_attn | attn_proj | attn_proj_core | attn_proj_offload | full (only its input);
+  # dots_attn | attn_proj | attn_proj_core | attn_core | attn_proj_offload | full (only its
+  # input);
   # carr_jax.model.remat
 
   @property

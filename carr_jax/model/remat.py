@@ -26,6 +26,9 @@ parts its backward runs again (`recomputes`, the part names of
   MLP's gate / up outputs (2F per token) are the big values this leaves out.
 - "attn_proj_core": "attn_proj" plus the attention core's output and log-sum-exp:
   (2N + 2K) H + N + D values per token and layer. Recomputed: the MLP or MoE block.
+- "attn_core": only the attention core's output and log-sum-exp: N H + N values per token
+  and layer. Recomputed: every matmul against a weight; at long rows the core is the larger
+  cost, so this keeps the most FLOPs per byte.
 - "attn_proj_offload": the q / k / v / o values, copied to the host's pinned memory in the
   forward and back in the backward (`save_and_offload_only_these_names`, MaxText's
   "qkv_proj_offloaded" plus o): the device memory of "full" (plus transfer buffers), the
@@ -97,6 +100,7 @@ POLICIES = {
     "attn_proj_core": Policy(any_of(_CHECKPOINT.save_only_these_names(*ATTN_PROJ),
                                     ATTENTION_CORE),
                              ("mlp_in", "router", "experts")),
+    "attn_core": Policy(ATTENTION_CORE, ("qkv", "o", "mlp_in", "router", "experts")),
     "attn_proj_offload": Policy(
         _CHECKPOINT.save_and_offload_only_these_names(
             names_which_can_be_saved=(), names_which_can_be_offloaded=ATTN_PROJ,
