@@ -134,7 +134,8 @@ def test_executed_flops_by_hand():
   cfg = get_preset("tiny_dense")
   qkv, o, mlp_in, core = 524_288, 262_144, 524_288, 36_864
   recomputed = {"none": 0, "dots": core, "dots_attn": 0, "attn_proj": core + mlp_in,
-                "attn_proj_core": mlp_in, "attn_proj_offload": core + mlp_in,
+                "attn_proj_core": mlp_in, "attn_core": qkv + o + mlp_in,
+                "attn_proj_offload": core + mlp_in,
                 "full": qkv + o + core + mlp_in}
   assert set(recomputed) == set(remat.POLICIES)
   assert set(F.layer_part_flops(cfg, 2, 8)) == set(remat.PARTS)
@@ -146,11 +147,12 @@ def test_executed_flops_by_hand():
 
 def test_executed_flops_rise_as_the_policy_keeps_less():
   """The paper's 4B model on 64k rows: each policy keeps less than the one before and pays
-  more ("attn_proj_core" keeps the core, "dots" the MLP, and at 64k the core costs more);
+  more ("attn_proj_core" and "attn_core" keep the core, "dots" the MLP, and at 64k the core
+  costs more);
   "full" repeats less than a whole layers forward (4/3 of the model FLOPs at most). The dense
   model's "dots_attn" recomputes no matmul."""
   cfg = get_preset("qwen3_4b_thinking_2507")
-  order = ["none", "attn_proj_core", "dots", "attn_proj", "full"]
+  order = ["none", "attn_proj_core", "attn_core", "dots", "attn_proj", "full"]
   ratio = {}
   for name in remat.POLICIES:
     model, executed = F.train_step_flops(cfg.replace(remat=name), 2, 65_536, 65_536)
@@ -163,6 +165,7 @@ def test_executed_flops_rise_as_the_policy_keeps_less():
 
 
 def test_an_unknown_policy_is_refused_with_the_known_names():
-  names = "none, dots, dots_attn, attn_proj, attn_proj_core, attn_proj_offload, full"
+  names = ("none, dots, dots_attn, attn_proj, attn_proj_core, attn_core, attn_proj_offload, "
+           "full")
   with pytest.raises(ValueError, match=names):
     M.init_params(get_preset("tiny_dense", remat="minimal"), jax.random.key(0))
