@@ -39,8 +39,8 @@ class Qwen3Config:
   param_dtype: str = "float32"  # master weights (fp32 for training)
   compute_dtype: str = "float32"  # bf16 on accelerators; norms/softmax/logits stay fp32
   remat: str = "none"  # what the backward keeps of each layer's forward (carr_jax.model.remat):
-  # none (all) | dots | dots_attn | attn_proj | attn_proj_core | attn_core | attn_proj_offload
-  # | full (only its input)
+  # none (all) | dots | dots_attn | attn_proj | attn_proj_core | attn_core | attn_core_offload
+  # | attn_proj_offload | full (only its input)
 
   @property
   def is_moe(self) -> bool:

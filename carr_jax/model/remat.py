@@ -29,6 +29,9 @@ parts its backward runs again (`recomputes`, the part names of
 - "attn_core": only the attention core's output and log-sum-exp: N H + N values per token
   and layer. Recomputed: every matmul against a weight; at long rows the core is the larger
   cost, so this keeps the most FLOPs per byte.
+- "attn_core_offload": "attn_core" with the values in the host's pinned memory (as
+  "attn_proj_offload" below). Offloading goes by name, so on a GPU, where cuDNN's forward is
+  matched by primitive and not named, the core is recomputed.
 - "attn_proj_offload": the q / k / v / o values, copied to the host's pinned memory in the
   forward and back in the backward (`save_and_offload_only_these_names`, MaxText's
   "qkv_proj_offloaded" plus o): the device memory of "full" (plus transfer buffers), the
@@ -101,6 +104,11 @@ POLICIES = {
                                     ATTENTION_CORE),
                              ("mlp_in", "router", "experts")),
     "attn_core": Policy(ATTENTION_CORE, ("qkv", "o", "mlp_in", "router", "experts")),
+    "attn_core_offload": Policy(
+        _CHECKPOINT.save_and_offload_only_these_names(
+            names_which_can_be_saved=(), names_which_can_be_offloaded=(ATTN_CORE,),
+            offload_src="device", offload_dst="pinned_host"),
+        ("qkv", "o", "mlp_in", "router", "experts")),
     "attn_proj_offload": Policy(
         _CHECKPOINT.save_and_offload_only_these_names(
             names_which_can_be_saved=(), names_which_can_be_offloaded=ATTN_PROJ,
