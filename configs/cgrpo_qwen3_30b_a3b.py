@@ -25,7 +25,9 @@ def get_config(arg=None):
                 gpu_mesh={"data": 1, "fsdp": 2, "expert": 4, "tensor": 1, "target_devices": 8})
   c.model.routing_replay = True
   if platform == "tpu":
-    # 128 rows of 64k in 2 slices (1 row per chip each): 69 of 95.74 GiB per v5p chip
-    # (benchmarks/README.md, TPU compile check).
+    # 128 rows of 64k in 2 slices (1 row per chip each), keeping the attention core in host
+    # memory (remat attn_core_offload): 67.79 of 95.74 GiB per v5p chip (71%), executed /
+    # model FLOPs 1.06 against full's 1.33 (benchmarks/README.md, ## aot, remat policies).
     c.batch.micro_batches = 2
+    c.model.remat = "attn_core_offload"
   return c

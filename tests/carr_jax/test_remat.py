@@ -106,7 +106,11 @@ def _splash_kernel_runs(name: str) -> list[str]:
                 if e.primitive.name == "pallas_call")
 
 
-@pytest.mark.parametrize("name", list(remat.POLICIES))
+# Offloading policies: the jaxpr holds the host transfers and the forward kernel twice; which
+# the program runs is the TPU compiler's choice (one forward per layer under
+# attn_core_offload), so they are checked on the compiled program
+# (scripts/check_remat_kernels.py, CI step 4), not here.
+@pytest.mark.parametrize("name", [n for n in remat.POLICIES if not n.endswith("_offload")])
 def test_splash_forward_runs_again_only_where_the_policy_recomputes_the_core(name):
   """The kernel's own names on its output and log-sum-exp (`remat.ATTN_CORE`) let a policy
   keep them; then the backward runs only the dq / dkv kernels. (value_and_grad needs the
@@ -125,7 +129,9 @@ def test_the_cudnn_forward_is_matched_by_the_primitive_jax_binds():
   cudnn_forward = jax_cudnn._dot_product_attention_fwd_p_wrapper
   for name, policy in remat.POLICIES.items():
     keeps = policy.saveable is not None and policy.saveable(cudnn_forward) is True
-    assert keeps == (name != "none" and "core" not in policy.recomputes), name
+    by_name_only = name.endswith("_offload")  # offloading goes by name: cuDNN's is recomputed
+    assert keeps == (name != "none" and "core" not in policy.recomputes
+                     and not by_name_only), name
 
 
 def test_executed_flops_by_hand():
@@ -135,6 +141,7 @@ def test_executed_flops_by_hand():
   qkv, o, mlp_in, core = 524_288, 262_144, 524_288, 36_864
   recomputed = {"none": 0, "dots": core, "dots_attn": 0, "attn_proj": core + mlp_in,
                 "attn_proj_core": mlp_in, "attn_core": qkv + o + mlp_in,
+                "attn_core_offload": qkv + o + mlp_in,
                 "attn_proj_offload": core + mlp_in,
                 "full": qkv + o + core + mlp_in}
   assert set(recomputed) == set(remat.POLICIES)
@@ -165,7 +172,7 @@ def test_executed_flops_rise_as_the_policy_keeps_less():
 
 
 def test_an_unknown_policy_is_refused_with_the_known_names():
-  names = ("none, dots, dots_attn, attn_proj, attn_proj_core, attn_core, attn_proj_offload, "
-           "full")
+  names = ("none, dots, dots_attn, attn_proj, attn_proj_core, attn_core, attn_core_offload, "
+           "attn_proj_offload, full")
   with pytest.raises(ValueError, match=names):
     M.init_params(get_preset("tiny_dense", remat="minimal"), jax.random.key(0))
