@@ -213,3 +213,23 @@ def test_shapes_are_bucketed(tiny):
   other = SamplingParams(temperature=0.5, top_k=4, max_new_tokens=11, stop_token_ids=(9,))
   gather(engine, [[1] * 13, [2, 3]], [other, GREEDY])  # same buckets: no new compile
   assert D.generate_jit._cache_size() == compiled
+
+
+def test_engine_dtype_sets_the_in_process_engines_precision(tiny):
+  """rollout.engine_dtype: the engine computes in it, the trainer's config is untouched; an
+  unknown dtype, or one asked of an SGLang server, is refused."""
+  from carr_jax.jobs import components
+  from configs import base
+  cfg, params = tiny
+  config = base.get_config()
+  config.rollout.engine_dtype = "bfloat16"
+  engine = components.engine(config, params, cfg, weight_version="0")
+  try:
+    assert engine.cfg.compute_dtype == "bfloat16" and cfg.compute_dtype == "float32"
+  finally:
+    asyncio.run(engine.close())
+  with pytest.raises(ValueError, match="engine_dtype must be"):
+    components.EngineConfig(engine_dtype="float16")
+  with pytest.raises(ValueError, match="SGLang server"):
+    components.EngineConfig(engine="sglang", sglang_urls="http://127.0.0.1:1",
+                            engine_dtype="bfloat16")

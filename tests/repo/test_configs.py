@@ -19,7 +19,7 @@ from carr_jax.model import sharding
 CONFIGS = [("configs.base", None)] + [
     (f"lab.configs.{name}", arg) for name, args in (
         ("demo_cpu", (None, "sft")), ("named_cpu", (None, "sft", "copy")), ("kinds_cpu", (None,)),
-        ("lookup_cpu", (None, "sft", "main", "stale")), ("chain_cpu", (None, "sft", "main")))
+        ("lookup_cpu", (None, "sft", "main", "stale", "moe")), ("chain_cpu", (None, "sft", "main")))
     for arg in args] + [
     (f"configs.{name}", arg) for name in ("cgrpo_qwen3_4b", "cgrpo_qwen3_30b_a3b")
     for arg in ("tpu", "gpu", "tiny", "tpu,grpo")] + [
