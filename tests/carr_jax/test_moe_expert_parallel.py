@@ -100,6 +100,7 @@ def test_expert_parallel_without_a_mesh_is_the_ragged_path():
   _assert_same(_value_and_grads(cfg, layer, x, segments, None), want)
 
 
+@pytest.mark.slow  # the whole model's step on a mesh: the layer tests above run by default
 def test_the_model_with_expert_parallel_moe_on_a_mesh_equals_one_device():
   """The whole forward and parameter gradients, parameters placed by sharding.PARAM_RULES."""
   cfg = get_preset("tiny_moe", vocab_size=512, moe_impl="expert_parallel")
