@@ -67,11 +67,13 @@ def route(router_logits: jax.Array, top_k: int, normalize: bool,
   return probs, weights, experts
 
 
-def _experts_ragged(x, experts, weights, w_gate, w_up, w_down):
-  """x: [T, D]; experts/weights: [T, k]; w_gate/w_up: [E, D, F]; w_down: [E, F, D].
+def _expert_outputs(x, experts, w_gate, w_up, w_down):
+  """Each slot's expert output, by sorting the slots by expert and grouped matmuls.
 
-  A slot whose expert id is E or more adds 0: the expert lives on another shard
-  (`_experts_expert_parallel`). Such slots sort last, outside every group of the ragged dots.
+  x: [T, D]; experts: [T, k]; w_gate/w_up: [E, D, F]; w_down: [E, F, D] -> [T, k, D]. Slots
+  whose expert id is E or more sort last, outside every group of the ragged dots: their rows
+  are not specified (zeros on CPU, anything on TPU), so a caller that has such slots masks
+  them (`_experts_expert_parallel`).
   """
   num_tokens, top_k = experts.shape
   num_experts = w_gate.shape[0]
@@ -82,11 +84,17 @@ def _experts_ragged(x, experts, weights, w_gate, w_up, w_down):
   gate = jax.lax.ragged_dot(rows, w_gate, group_sizes)
   up = jax.lax.ragged_dot(rows, w_up, group_sizes)
   out_sorted = jax.lax.ragged_dot(jax.nn.silu(gate) * up, w_down, group_sizes)  # [T*k, D]
-  out = jnp.zeros_like(out_sorted).at[order].set(out_sorted).reshape(num_tokens, top_k, -1)
-  # Rows past the last group are not specified by ragged_dot (zeros on CPU): select, not
-  # multiply, so nothing there can reach the sum.
-  out = jnp.where((experts < num_experts)[..., None], out, 0)  # [T, k, D]
+  return jnp.zeros_like(out_sorted).at[order].set(out_sorted).reshape(num_tokens, top_k, -1)
+
+
+def _combine(out, weights):
+  """[T, k, D] slot outputs, [T, k] gate weights -> [T, D] their weighted sum."""
   return jnp.einsum("TKD,TK->TD", out, weights.astype(out.dtype))
+
+
+def _experts_ragged(x, experts, weights, w_gate, w_up, w_down):
+  """x: [T, D]; experts/weights: [T, k]; w_gate/w_up: [E, D, F]; w_down: [E, F, D]."""
+  return _combine(_expert_outputs(x, experts, w_gate, w_up, w_down), weights)
 
 
 def _experts_expert_parallel(x, experts, weights, w_gate, w_up, w_down):
@@ -111,8 +119,11 @@ def _experts_expert_parallel(x, experts, weights, w_gate, w_up, w_down):
   first = jax.lax.axis_index(axis) * local
   gather = lambda a: jax.lax.all_gather(a, axis, tiled=True)  # noqa: E731  [T, .] -> [G*T, .]
   ids = gather(experts) - first  # [G*T, k] local expert ids where in [0, E/G)
-  ids = jnp.where((ids >= 0) & (ids < local), ids, local)
-  partial = _experts_ragged(gather(x), ids, gather(weights), w_gate, w_up, w_down)  # [G*T, D]
+  here = (ids >= 0) & (ids < local)  # [G*T, k] slots routed to this shard
+  out = _expert_outputs(gather(x), jnp.where(here, ids, local), w_gate, w_up, w_down)
+  # The other slots' rows are not specified: select, not multiply, so nothing there can
+  # reach the sum.
+  partial = _combine(jnp.where(here[..., None], out, 0), gather(weights))  # [G*T, D]
   return jax.lax.psum_scatter(partial, axis, scatter_dimension=0, tiled=True)  # [T, D]
 
 
