@@ -18,8 +18,10 @@ MoE paths (all exact, all run on CPU/GPU/TPU; `moe_impl` picks one):
   the tiles the groups cover, so the rest should cost no arithmetic (not measured).
 Under a mesh each path runs per device on that device's rows (`_experts_per_shard`): "ragged"
 and "dense" gather every expert's weights on every chip per layer; "expert_parallel" gathers
-only the chip's expert shard and moves tokens over the `expert` axis. Without a mesh (or with
-rows that cannot be split) "expert_parallel" is "ragged".
+only the chip's expert shard and moves tokens over the `expert` axis. The weights enter with
+their parameter sharding and are gathered inside (`_gather`), so their gradient leaves as a
+reduce-scatter onto that sharding, summed whole only over the axes that replicate them.
+Without a mesh (or with rows that cannot be split) "expert_parallel" is "ragged".
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from carr_jax.model.config import Qwen3Config
-from carr_jax.model.sharding import BATCH
+from carr_jax.model.sharding import BATCH, spec_for
 
 INIT = nn.initializers.normal(stddev=0.02)  # every weight matrix's, here and in the Qwen3 body
 
@@ -137,29 +139,68 @@ def _experts_dense(x, experts, weights, w_gate, w_up, w_down):
   return jnp.einsum("ETD,TE->TD", out, combine.astype(out.dtype))
 
 
+def _weight_specs():
+  """The expert weights' specs in one layer: sharding.PARAM_RULES less the leading L axis.
+
+  -> (w_gate, w_up, w_down) specs over [E, D, F], [E, D, F], [E, F, D]."""
+  return tuple(P(*spec_for(f"layers/moe/{name}")[1:])
+               for name in ("gate_proj", "up_proj", "down_proj"))
+
+
+def _gather(w, spec, keep):
+  """Inside `shard_map`: this device's block of `w` (placed by `spec`) -> whole along every
+  mesh axis of `spec` but those in `keep`. Its transpose reduce-scatters the gradient back to
+  the block, over the same axes.
+
+  w: [E/e, D/f, F/t] for spec ("expert", "fsdp", "tensor"), keep () -> [E, D, F]. A split
+  last dimension (w_down's D) is gathered as a new leading axis and moved into place: XLA on
+  TPU compiles a reduce-scatter along an array's last (lane) dimension as an all-reduce and a
+  slice (twice the bytes), one along a leading axis as a reduce-scatter (one-layer compile,
+  benchmarks/README.md, MoE dispatch).
+  """
+  for dim, axes in enumerate(spec):
+    names = tuple(a for a in ((axes,) if isinstance(axes, str) else axes or ()) if a not in keep)
+    if not names:
+      continue
+    if dim < w.ndim - 1:
+      w = jax.lax.all_gather(w, names, axis=dim, tiled=True)
+    else:  # [n, ..., W/n] -> [..., n, W/n] -> [..., W]
+      blocks = jnp.moveaxis(jax.lax.all_gather(w, names, axis=0), 0, dim)
+      w = blocks.reshape(*w.shape[:dim], -1)
+  return w
+
+
 def _experts_per_shard(impl, x, experts, weights, w_gate, w_up, w_down):
   """The `impl` path over each device's own rows: x [B, T, D], experts / weights [B, T, k].
 
   Under a mesh the rows are split over the batch axes, but the ragged path sorts the flat
   token list; left to GSPMD, that sort and the gather after it run over the GLOBAL token list
   on every device (256 GiB per chip for 128 rows of 64k tokens of Qwen3-30B-A3B). In
-  `shard_map` each device sorts only its tokens. "ragged" and "dense" gather the expert
-  weights whole per layer (FSDP-style); "expert_parallel" gathers only the device's shard of
-  experts (split over `expert`, whole over the other axes) and moves tokens instead.
+  `shard_map` each device sorts only its tokens. The expert weights come in as their
+  parameters are sharded (`_weight_specs`) and are gathered inside, per layer: "ragged" and
+  "dense" whole (FSDP-style), "expert_parallel" all but the `expert` axis (the device's shard
+  of experts), moving tokens instead. Gathered outside, as replicated inputs, their gradient
+  would be an all-reduce over the whole mesh (`shard_map`'s transpose sums a replicated
+  input's cotangent over every axis); gathered inside, it is a reduce-scatter over the axes
+  that shard them and a sum over the rest (`data`).
   """
-  def local(combine, x, experts, weights, *expert_weights):
+  def local(combine, gather, x, experts, weights, *expert_weights):
     b, t, d = x.shape
     flat = lambda a: a.reshape(b * t, -1)  # noqa: E731
+    expert_weights = [gather(w, spec) for w, spec in zip(expert_weights, _weight_specs())]
     return combine(flat(x), flat(experts), flat(weights), *expert_weights).reshape(b, t, d)
   mesh = jax.sharding.get_abstract_mesh()
   shards = 1 if mesh.empty else math.prod(mesh.shape[a] for a in BATCH if a in mesh.shape)
   if mesh.empty or x.shape[0] % shards:  # rows that cannot be split (init's [1, 1] batch)
     combine = _experts_ragged if impl == "expert_parallel" else _COMBINE[impl]
-    return local(combine, x, experts, weights, w_gate, w_up, w_down)
+    return local(combine, lambda w, spec: w, x, experts, weights, w_gate, w_up, w_down)
+  # Axes of size 1 gather nothing; "expert_parallel" keeps its shard of experts.
+  keep = {a for a, n in mesh.shape.items() if n == 1} | (
+      {"expert"} if impl == "expert_parallel" else set())
+  gather = functools.partial(_gather, keep=keep)
   rows = P(BATCH, None, None)
-  experts_spec = P("expert", None, None) if impl == "expert_parallel" else P()  # [E, ., .]
-  return jax.shard_map(functools.partial(local, _COMBINE[impl]),
-                       in_specs=(rows, rows, rows) + (experts_spec,) * 3, out_specs=rows,
+  return jax.shard_map(functools.partial(local, _COMBINE[impl], gather),
+                       in_specs=(rows, rows, rows) + _weight_specs(), out_specs=rows,
                        check_vma=False)(x, experts, weights, w_gate, w_up, w_down)
 
 

@@ -1,7 +1,9 @@
 """`moe_impl="expert_parallel"` (`carr_jax.model.moe._experts_expert_parallel`) against the
 unsharded ragged path: the same outputs and gradients (parameters and inputs) at fp32, on CPU
 meshes whose `expert` axis is 2 or 4, with and without replayed routes, and with every slot
-sent to one shard's experts (nothing is dropped).
+sent to one shard's experts (nothing is dropped). "ragged" and "dense" on the same meshes,
+their expert weights sharded as the parameters are (gathered inside `shard_map`, so their
+gradient is reduce-scattered back), against the same reference.
 
   python -m pytest tests/carr_jax/test_moe_expert_parallel.py -q
 """
@@ -91,6 +93,35 @@ def test_expert_parallel_equals_the_unsharded_ragged_path(axes, replay):
   got = _on_mesh(cfg, layer, x, segments, routes, axes)
   assert float(jnp.max(jnp.abs(want[1][1]))) > 1e-2  # the input gradient is not trivially 0
   _assert_same(got, want)
+
+
+@pytest.mark.parametrize("axes", MESHES)
+@pytest.mark.parametrize("impl", ["ragged", "dense"])
+def test_gathering_experts_on_a_mesh_equals_the_unsharded_ragged_path(axes, impl):
+  cfg, layer = _layer(impl)
+  x, segments = _inputs(cfg)
+  want = _value_and_grads(cfg.replace(moe_impl="ragged"), layer, x, segments, None)
+  _assert_same(_on_mesh(cfg, layer, x, segments, None, axes), want)
+
+
+@pytest.mark.parametrize("impl", ["ragged", "expert_parallel"])
+def test_the_expert_weights_gradient_is_reduce_scattered(impl):
+  """No all-reduce of a gathered expert weight: its gradient leaves `shard_map` as a
+  reduce-scatter over the axes that shard it, summed whole over `data` only. Per-device shapes
+  in XLA:CPU's compiled program: [E, D, F] = [8, 64, 32] is [4, 32, 32] on a device (E over
+  `expert`, D over `fsdp`); "expert_parallel" gathers D only ([4, 64, 32])."""
+  cfg, layer = _layer(impl)
+  x, segments = _inputs(cfg)
+  mesh = S.make_mesh({"data": 2, "fsdp": 2, "expert": 2})
+  put_rows = lambda a: jax.device_put(a, S.batch_sharding(mesh, a.ndim))  # noqa: E731
+  with jax.set_mesh(mesh):
+    hlo = jax.jit(lambda *a: _value_and_grads(cfg, *a, None)).lower(
+        layer, put_rows(x), put_rows(segments)).compile().as_text()
+  all_reduces = [line for line in hlo.splitlines() if " all-reduce(" in line]
+  assert " reduce-scatter(" in hlo
+  gathered = ("[8,64,32]", "[8,32,64]", "[4,64,32]", "[4,32,64]")
+  assert not [line for line in all_reduces if any(shape in line for shape in gathered)]
+  assert [line for line in all_reduces if "f32[4,32,32]" in line]  # the sum over `data`
 
 
 def test_expert_parallel_without_a_mesh_is_the_ragged_path():
