@@ -1,7 +1,7 @@
 """Routing replay's learning check (scripts/reproduce_replay.sh), per run and over runs.
 
     python -m lab.replay_report OUT_DIR [--out OUT_DIR/replay.json]
-    python -m lab.replay_report --from docs/data/replay.json
+    python -m lab.replay_report --from docs/data/replay.json [MORE.json ...]
 
 Reads OUT_DIR/summary.json (lab.shortcut_report, methods replay and noreplay) for held-out
 accuracy at the start and the end, and each run's TensorBoard for what replay changes, each the
@@ -16,7 +16,9 @@ mean over the run's train steps:
                     is not the engine's (train/replay_route_mismatch; 0 without replay: not
                     measured there).
 Prints the table (mean +- s.e. over runs, then per run) and the paired held-out gain difference
-replay - noreplay with its s.e.; writes the numbers to --out.
+replay - noreplay with its s.e.; writes the numbers to --out. `--from` with several files
+prints their runs as one table (runs measured in separate sessions or on other machines: each
+replay / noreplay pair shares its own cold start, so the pairs stay paired).
 """
 from __future__ import annotations
 
@@ -61,6 +63,19 @@ def collect(out_dir: str) -> dict:
   return result
 
 
+def merge(results: list[dict]) -> dict:
+  """Several `collect` results -> one, their runs in order; a (world, seed) run twice is an
+  error (it would count one cold start twice)."""
+  runs = [(w, s) for r in results for w, s in zip(r["world_seeds"], r["seeds"])]
+  if len(set(runs)) != len(runs):
+    raise ValueError(f"a (world, seed) run appears in more than one file: {runs}")
+  merged = {"world_seeds": [w for w, _ in runs], "seeds": [s for _, s in runs],
+            "gain_difference": [g for r in results for g in r["gain_difference"]]}
+  for method in METHODS:
+    merged[method] = {k: [v for r in results for v in r[method][k]] for k in results[0][method]}
+  return merged
+
+
 def table(result: dict) -> str:
   keys = ("start_heldout_accuracy", "heldout_accuracy", "heldout_gain", *TAGS)
   runs = [f"w{w}/s{s}" for w, s in zip(result["world_seeds"], result["seeds"])]
@@ -80,12 +95,19 @@ def table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser("python -m lab.replay_report", description=__doc__.split("\n")[0])
   p.add_argument("out_dir", nargs="?", help="scripts/reproduce_replay.sh's OUT_DIR")
-  p.add_argument("--from", dest="saved", default=None, help="print a replay.json written before")
+  p.add_argument("--from", dest="saved", nargs="+", default=None,
+                 help="print replay.json files written before, their runs as one table")
   p.add_argument("--out", default=None, help="where to write (default OUT_DIR/replay.json)")
   args = p.parse_args(argv)
   if args.saved:
-    with open(args.saved) as f:
-      result = json.load(f)
+    saved = []
+    for path in args.saved:
+      with open(path) as f:
+        saved.append(json.load(f))
+    try:
+      result = merge(saved)
+    except (KeyError, ValueError) as e:
+      p.error(f"--from: {e}")
   elif args.out_dir:
     result = collect(args.out_dir)
     with open(args.out or os.path.join(args.out_dir, "replay.json"), "w") as f:

@@ -39,3 +39,23 @@ def test_collect_and_print(tmp_path, capsys):
   assert "+0.000 +- 0.100" in first
   assert replay_report.main(["--from", os.path.join(out, "replay.json")]) == 0
   assert capsys.readouterr().out == first
+
+
+def test_saved_files_merge_into_one_table(tmp_path, capsys):
+  def saved(name, world, gain, k3):
+    rows = {"start_heldout_accuracy": [0.7], "heldout_accuracy": [0.7 + gain],
+            "heldout_gain": [gain], "rollout_k3": [k3], "rollout_gap": [k3],
+            "is_zeroed": [0.0], "route_mismatch": [0.01]}
+    path = tmp_path / name
+    path.write_text(json.dumps({"world_seeds": [world], "seeds": [world], "replay": rows,
+                                "noreplay": {**rows, "heldout_gain": [0.1]},
+                                "gain_difference": [gain - 0.1]}))
+    return str(path)
+  a, b = saved("a.json", 0, 0.3, 1e-3), saved("b.json", 1, 0.1, 3e-3)
+  assert replay_report.main(["--from", a, b]) == 0
+  out = capsys.readouterr().out
+  assert "runs: w0/s0, w1/s1" in out
+  assert "held-out gain, replay - no replay (paired over runs): +0.100 +- 0.100" in out
+  assert "0.002 +- 0.001 (0.001, 0.003)" in out  # rollout_k3 over both files
+  with pytest.raises(SystemExit):  # the same run twice
+    replay_report.main(["--from", a, a])
