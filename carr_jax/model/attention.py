@@ -98,15 +98,18 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
   return kernels[resolve(impl, dtype=q.dtype)](q, k, v, segment_ids)
 
 
-def write_cache(cache: dict, key: jax.Array, value: jax.Array, columns: jax.Array) -> dict:
-  """key / value [B, T, K, H] stored at columns [B, T] of cache k / v [B, K, S, H].
+def write_cache(cache: dict, key: jax.Array, value: jax.Array, columns: jax.Array,
+                layer: jax.Array) -> dict:
+  """key / value [B, T, K, H] stored at layer `layer` ([] int), columns [B, T] of the stacked
+  cache k / v [L, B, K, S, H], in place (the layers' scan carries the whole cache: scanning
+  over it as an input and an output copied every layer's cache twice per decoding step).
 
   The cache keeps the kv-head axis before time so each (row, head) is one contiguous [S, H]
   matrix, the layout XLA's CPU dots want ([B, S, K, H] made XLA transpose a copy of every
   layer's cache at each decoding step).
   """
   rows = jnp.arange(key.shape[0])[:, None]  # [B, 1]
-  return {name: cache[name].at[rows, :, columns].set(x.astype(cache[name].dtype))
+  return {name: cache[name].at[layer, rows, :, columns].set(x.astype(cache[name].dtype))
           for name, x in (("k", key), ("v", value))}
 
 

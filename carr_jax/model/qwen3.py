@@ -89,11 +89,12 @@ class Attention(nn.Module):
 
   Returns (y [B, T, D], the updated {"k", "v"} or None, the prefix's y [1, P, D] or None).
   Without a cache (training) the chunk attends within itself (`carr_jax.model.attention.attend`).
-  A cache is this layer's {"k", "v": [B, K, S, H]}, a row's columns being its positions: the
-  chunk's keys and values are written at columns `positions`, then either the chunk is each
+  A cache is every layer's {"k", "v": [L, B, K, S, H]} and `layer` this one's index, a row's
+  columns being its positions: the chunk's keys and values are written at this layer's columns
+  `positions`, then either the chunk is each
   row's prompt from column 0 (T > 1, the prefill of an empty cache: it attends within itself,
   as in training) or it is one token per row (T = 1, decoding: it attends over the cache
-  columns up to its position). A cache may also hold "prefix_k" / "prefix_v" [P, K, H], the
+  columns up to its position). A cache may also hold "prefix_k" / "prefix_v" [L, P, K, H], the
   keys and values of P tokens that precede every row (`decode.prefill_prefix`): the rows'
   columns are then positions minus P, and prefill and decoding also attend to all P.
   With `prefix` (the normed hidden [1, P, D] of tokens that precede every row, at positions
@@ -103,7 +104,7 @@ class Attention(nn.Module):
   cfg: Qwen3Config
 
   @nn.compact
-  def __call__(self, x, positions, segment_ids, cache=None, prefix=None):
+  def __call__(self, x, positions, segment_ids, cache=None, prefix=None, layer=None):
     cfg = self.cfg
     pdt, cdt = _dtype(cfg.param_dtype), _dtype(cfg.compute_dtype)
     d, n, k, h = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -138,11 +139,12 @@ class Attention(nn.Module):
       return output(out, BATCH), cache, y_prefix
     if cache is None:
       return output(attention.attend(q, key, value, segment_ids, cfg.attention), BATCH), None, None
-    shared = (cache["prefix_k"], cache["prefix_v"]) if "prefix_k" in cache else None
+    shared = ((cache["prefix_k"][layer], cache["prefix_v"][layer]) if "prefix_k" in cache
+              else None)
     columns = positions - (0 if shared is None else shared[0].shape[0])
-    cache = attention.write_cache(cache, key, value, columns)
+    cache = {**cache, **attention.write_cache(cache, key, value, columns, layer)}
     if x.shape[1] == 1:
-      out = attention.attend_cache(q, cache["k"], cache["v"], columns, shared)
+      out = attention.attend_cache(q, cache["k"][layer], cache["v"][layer], columns, shared)
     elif shared is None:
       out = attention.attend(q, key, value, segment_ids, cfg.attention)
     else:
@@ -170,22 +172,22 @@ class MLP(nn.Module):
 
 class DecoderLayer(nn.Module):
   """Pre-norm block; scanned over layers with carry (x, router statistics, the shared prefix's
-  hidden [1, P, D] or None). Scanned input: the layer's KV cache (or None) and the experts to
-  replay [B, T, k] (or None); scanned output: the cache and the experts used [B, T, k] (None
-  for a dense model)."""
+  hidden [1, P, D] or None, every layer's KV cache or None). Scanned input: the layer's index
+  (with a cache; else None) and the experts to replay [B, T, k] (or None); scanned output: the
+  experts used [B, T, k] (None for a dense model)."""
   cfg: Qwen3Config
 
   @nn.compact
   def __call__(self, carry, positions, segment_ids, scanned=(None, None)):
     cfg = self.cfg
-    x, stats, prefix = carry
-    cache, routes = scanned
+    x, stats, prefix, cache = carry
+    layer, routes = scanned
     experts = None
     input_norm = RMSNorm(cfg, name="input_norm")
     post_attn_norm = RMSNorm(cfg, name="post_attn_norm")
     y, cache, y_prefix = Attention(cfg, name="attn")(
         input_norm(x), positions, segment_ids, cache,
-        None if prefix is None else input_norm(prefix))
+        None if prefix is None else input_norm(prefix), layer)
     x = x + y
     h = post_attn_norm(x)
     if cfg.is_moe:
@@ -198,7 +200,7 @@ class DecoderLayer(nn.Module):
         prefix = prefix + y_prefix
         prefix = shard(prefix + mlp(post_attn_norm(prefix), None), None, None, None)
     x = shard(x + y, BATCH, None, None)
-    return (x, stats, prefix), (cache, experts)
+    return (x, stats, prefix, cache), experts
 
 
 class Qwen3(nn.Module):
@@ -241,8 +243,9 @@ class Qwen3(nn.Module):
     stats = (jnp.zeros((e,)), jnp.zeros((e,)), jnp.zeros(()), jnp.zeros(()))
     if routes is not None and not cfg.is_moe:
       raise ValueError("routes to replay are for a mixture-of-experts model")
-    (x, stats, _), (cache, experts) = self.layers((x, stats, prefix), positions, segment_ids,
-                                                  (cache, routes))
+    layers = None if cache is None else jnp.arange(cfg.num_layers, dtype=jnp.int32)
+    (x, stats, _, cache), experts = self.layers((x, stats, prefix, cache), positions,
+                                                segment_ids, (layers, routes))
     return self.final_norm(x), stats, cache, experts
 
   def hidden_and_aux(self, tokens, positions, segment_ids, prefix_tokens=None, routes=None):
