@@ -87,12 +87,12 @@ class RMSNorm(nn.Module):
 class Attention(nn.Module):
   """GQA self-attention with per-head q/k RMSNorm applied before RoPE, and an optional KV cache.
 
-  Returns (y [B, T, D], the updated {"k", "v"} or None, the prefix's y [1, P, D] or None).
+  Returns (y [B, T, D], the updated cache (every layer's) or None, the prefix's y [1, P, D] or
+  None).
   Without a cache (training) the chunk attends within itself (`carr_jax.model.attention.attend`).
   A cache is every layer's {"k", "v": [L, B, K, S, H]} and `layer` this one's index, a row's
   columns being its positions: the chunk's keys and values are written at this layer's columns
-  `positions`, then either the chunk is each
-  row's prompt from column 0 (T > 1, the prefill of an empty cache: it attends within itself,
+  `positions`, then either the chunk is each row's prompt from column 0 (T > 1, the prefill of an empty cache: it attends within itself,
   as in training) or it is one token per row (T = 1, decoding: it attends over the cache
   columns up to its position). A cache may also hold "prefix_k" / "prefix_v" [L, P, K, H], the
   keys and values of P tokens that precede every row (`decode.prefill_prefix`): the rows'
