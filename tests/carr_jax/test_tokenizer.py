@@ -83,3 +83,35 @@ def test_loads_as_fast_tokenizer_with_qwen3_vocab():
   assert tok.encode("", add_special_tokens=False) == []
   assert tok.encode("hello", add_special_tokens=True) == tok.encode("hello",
                                                                     add_special_tokens=False)
+
+
+def test_write_atomic_leaves_a_concurrent_writers_temp_file_alone(tmp_path):
+  """Two lanes fetching at once: one's rename must not take the other's temp file."""
+  from carr_jax.model.tokenizer import write_atomic
+  dest = tmp_path / "tokenizer.json"
+  others = [tmp_path / "tokenizer.json.part", dest.with_suffix(".json.part")]
+  for other in others:
+    other.write_bytes(b"another process, mid-write")
+  write_atomic(dest, b"ours")
+  assert dest.read_bytes() == b"ours"
+  for other in others:
+    assert other.read_bytes() == b"another process, mid-write"
+  assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+      {dest.name, *(o.name for o in others)})
+
+
+def test_write_atomic_from_many_threads_at_once(tmp_path):
+  import concurrent.futures
+  import threading
+  from carr_jax.model.tokenizer import write_atomic
+  dest = tmp_path / "tokenizer_config.json"
+  barrier = threading.Barrier(8)
+
+  def write(i: int) -> None:
+    barrier.wait()
+    write_atomic(dest, b"x" * 4096)
+
+  with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    list(pool.map(write, range(8)))  # re-raises any writer's error
+  assert dest.read_bytes() == b"x" * 4096
+  assert [p.name for p in tmp_path.iterdir()] == [dest.name]
