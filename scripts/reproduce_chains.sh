@@ -11,7 +11,8 @@
 #      OUT_DIR/<method>_<tag>, two at a time: grpo (outcome reward only), cgrpo (the paper,
 #      a = 0.3), noconn (C-GRPO, a supported rubric counts without connecting to the answer:
 #      --config.judge.require_connected=False) and rubric (C-GRPO, a = 1.0); alpha01 (a = 0.1)
-#      when named in CARR_JAX_METHODS;
+#      when named in CARR_JAX_METHODS; the first two methods run over every world before the
+#      next two start, so a run cut short still holds the comparison's first pair;
 # then OUT_DIR/summary.json, OUT_DIR/table.md and OUT_DIR/shortcuts.png
 # (python -m lab.shortcut_report; its --help defines every metric, full_chain_rate too).
 #   bash scripts/reproduce_chains.sh [OUT_DIR]                 (default workdir/chains)
@@ -28,9 +29,12 @@ runs=($(bash scripts/world_runs.sh))
 export CARR_JAX_METHODS="${CARR_JAX_METHODS:-grpo cgrpo noconn rubric}"
 bash scripts/run_lanes.sh sft "$out" lab/configs/lookup_cpu.py:sft --name ref_sft --gate "${runs[@]}"
 bash scripts/run_lanes.sh sft "$out" lab/configs/chain_cpu.py:sft --init ref_sft "${runs[@]}"
-for run in "${runs[@]}"; do
-  bash scripts/run_lanes.sh rl "$out" lab/configs/chain_cpu.py:stale "$run" \
-    "$out/sft_w${run%%:*}_seed${run#*:}/checkpoints" "$@"
+methods=($CARR_JAX_METHODS)
+for ((i = 0; i < ${#methods[@]}; i += 2)); do  # each pair of methods over every world first
+  for run in "${runs[@]}"; do
+    CARR_JAX_METHODS="${methods[*]:i:2}" bash scripts/run_lanes.sh rl "$out" \
+      lab/configs/chain_cpu.py:stale "$run" "$out/sft_w${run%%:*}_seed${run#*:}/checkpoints" "$@"
+  done
 done
 methods="${CARR_JAX_METHODS// /,}"
 "${CARR_JAX_VENV:-.venv}/bin/python" -m lab.shortcut_report "$out" \
