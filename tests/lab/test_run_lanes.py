@@ -5,6 +5,8 @@ The runs are a stand-in interpreter (CARR_JAX_VENV points at it) that prints the
 processes it starts may use (`nproc` reads the process's affinity), so the test runs the real
 script in a few seconds.
 
+The runs share the experiment's compilation cache (scripts/compile_cache.sh).
+
   python -m pytest tests/lab/test_run_lanes.py -q
 """
 from __future__ import annotations
@@ -20,8 +22,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FAKE_PYTHON = """#!/usr/bin/env bash
 # `python -m carr_jax.sft ... --config.seed=S`: seed 0 ends after 1.5 s with $FAKE_STATUS;
 # seed 1 prints the cores of a process it starts at once, and of one it starts after seed 0
-# ended. Every run first prints the world seed it was given.
+# ended. Every run first prints the world seed it was given and its compilation cache.
 for arg in "$@"; do case $arg in --config.world.seed=*) echo "${arg#*=}" ;; esac; done
+echo "${JAX_COMPILATION_CACHE_DIR:-none}"
 case "$*" in
   *--config.seed=0*) sleep 1.5; exit "${FAKE_STATUS:-0}" ;;
 esac
@@ -46,8 +49,9 @@ def _lanes(tmp_path, status=0):
       ["bash", "scripts/run_lanes.sh", "sft", str(out), "lab/configs/lookup_cpu.py:sft", "0",
        "3:1"], cwd=REPO, capture_output=True, text=True, timeout=60,
       env={**os.environ, "CARR_JAX_VENV": str(venv), "FAKE_STATUS": str(status)})
-  world, *cores = (out / "sft_w3_seed1.log").read_text().split()  # run "3:1": world 3, seed 1
+  world, cache, *cores = (out / "sft_w3_seed1.log").read_text().split()  # run "3:1"
   assert world == "3" and (out / "sft_w0_seed0.log").read_text().split()[0] == "0"
+  assert cache == str(out / "jax_cache")  # one compilation cache for the experiment
   return proc, cores
 
 
