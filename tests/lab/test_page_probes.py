@@ -1,15 +1,17 @@
-"""The lab's two probes of reading: the page swap (lab/probes/page_swap.py, the world's
-`swap_eval_pages`) and the listing-reveal share (lab/probes/listing_reveal.py).
+"""The lab's probes of reading: the page swap (lab/probes/page_swap.py, the world's
+`swap_eval_pages`), the listing-reveal share (lab/probes/listing_reveal.py) and the copy of
+each chain term into its search (lab/probes/hop_copy.py).
 
   python -m pytest tests/lab/test_page_probes.py -q
 """
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
-from lab.probes import listing_reveal, page_swap
+from lab.probes import hop_copy, listing_reveal, page_swap
 from lab.world import build_world, lookup
 from rollout.tools.corpus import CorpusBackend
 
@@ -84,3 +86,24 @@ def test_searched_queries_read_the_history():
              {"role": "assistant", "tool_calls": [
                  {"name": "browser.search", "arguments": '{"query": "link 417"}'}]}]
   assert listing_reveal.searched_queries(history) == [("glossary link 417", 1), ("link 417", 10)]
+
+
+def _searches(*queries):
+  return [{"role": "assistant", "tool_calls": [
+      {"name": "browser.search", "arguments": json.dumps({"query": q, "num": 1})}]}
+      for q in queries]
+
+
+def test_hop_copy_counts_each_hop_over_the_episodes_that_reached_it(tmp_path):
+  chain = ["link 417", "code 135"]
+  records = {"q": {"metadata": {"gold": {"chain": chain}}}}
+  episodes = [_searches("glossary link 417", "glossary code 135"),  # both copied
+              _searches("glossary link 417", "glossary code 13"),  # a digit lost
+              _searches("glossary link 4170"),  # miscopied, no second search
+              _searches("Glossary LINK 417", "code 135 kind", "code 135")]  # extra search
+  path = tmp_path / "step_1.jsonl"
+  path.write_text("".join(json.dumps({"prompt_id": "q", "history": h}) + "\n"
+                          for h in episodes))
+  counts = hop_copy.hop_counts(hop_copy.episodes_of([str(path)], records))
+  assert counts == [(3, 4), (2, 3)]
+  assert not hop_copy.names("glossary code 1350", "code 135")

@@ -22,7 +22,7 @@ ENTRY_POINTS = ("carr_jax.train", "carr_jax.sft", "carr_jax.evaluate", "carr_jax
                 "judge.testing", "lab.shortcut_report", "lab.expert")
 SCRIPTS = ("launch_sglang", "fetch_tokenizer", "generate_rubrics")
 LAB_TOOLS = ("lab.make_world", "lab.probes.kind_probe", "lab.probes.search_copy_eval",
-             "lab.probes.page_swap", "lab.probes.listing_reveal")
+             "lab.probes.page_swap", "lab.probes.listing_reveal", "lab.probes.hop_copy")
 
 
 def _train_error(capsys, *args: str) -> str:

@@ -32,7 +32,7 @@ MODULE_ENTRY_POINTS = ("carr_jax.train", "carr_jax.sft", "carr_jax.evaluate",
                        "carr_jax.fetch_tokenizer", "judge.server", "judge.rubric_gen",
                        "judge.testing", "lab.expert", "lab.make_world", "lab.probes.kind_probe",
                        "lab.probes.search_copy_eval", "lab.probes.page_swap",
-                       "lab.probes.listing_reveal")
+                       "lab.probes.listing_reveal", "lab.probes.hop_copy")
 
 
 def _source_dirs() -> set[str]:

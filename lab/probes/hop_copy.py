@@ -1,0 +1,73 @@
+"""Does a policy's k-th search name the chain's k-th term? Copying along a chain, from dumps.
+
+    python -m lab.probes.hop_copy --config lab/configs/chain_cpu.py:stale \
+        --trajectories RUN/trajectories/step_1.jsonl RUN/trajectories/step_2.jsonl
+
+A chain question's evidence is a trail of glossary terms (`metadata.gold.chain`: the
+question's own link, then the term its page continues under, ...). To reach the last page the
+agent must copy each term into its next search: the first from the question, every later one
+from the page it has just opened. For each hop k (1-based) the probe counts, over the dumped
+episodes (an RL run's `trajectories/step_*.jsonl`) that searched at least k times, those whose
+k-th query names term k as a whole word, and prints one line per hop,
+
+    hop_copy hop=<k> share=<float> copied=<n> episodes=<m>
+
+A cold start that copies the question's link but not the next term reaches the deciding page
+by chance only, so no outcome or rubric reward can teach it to read the chain.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from carr_jax import cli
+from lab.probes.listing_reveal import searched_queries
+
+
+def names(query: str, term: str) -> bool:
+  """Whether `query` holds `term` as whole words ("code 13" is not in "code 135")."""
+  return re.search(rf"(?<!\w){re.escape(term)}(?!\w)", query, re.IGNORECASE) is not None
+
+
+def hop_counts(episodes: Iterable[tuple[Sequence[str], Sequence[str]]]) -> list[tuple[int, int]]:
+  """[(copied, episodes)] per hop over (chain terms, search queries in order) pairs."""
+  counts: list[list[int]] = []
+  for chain, queries in episodes:
+    for k, (term, query) in enumerate(zip(chain, queries)):
+      if k == len(counts):
+        counts.append([0, 0])
+      counts[k][0] += names(query, term)
+      counts[k][1] += 1
+  return [(c, n) for c, n in counts]
+
+
+def episodes_of(paths: Sequence[str], records: Mapping[str, Mapping]):
+  """(chain terms, search queries) of every dumped episode in `paths`."""
+  for path in paths:
+    with open(path, encoding="utf-8") as f:
+      for line in f:
+        traj = json.loads(line)
+        chain = records[traj["prompt_id"]]["metadata"]["gold"].get("chain") or []
+        yield chain, [q for q, _ in searched_queries(traj.get("history") or [])]
+
+
+def _probe(args: argparse.Namespace) -> None:
+  from lab import tasks
+  train, evals, _ = tasks.tasks(args.config)
+  records = {r["id"]: r for r in train + evals}
+  for k, (copied, n) in enumerate(hop_counts(episodes_of(args.trajectories, records)), 1):
+    print(f"hop_copy hop={k} share={copied / n:.4f} copied={copied} episodes={n}")
+
+
+def parser() -> argparse.ArgumentParser:
+  p = cli.parser("python -m lab.probes.hop_copy", __doc__.split("\n")[0],
+                 config="The run's config (its world: lab/configs/chain_cpu.py:stale).")
+  p.add_argument("--trajectories", nargs="+", required=True,
+                 help="dumped rollouts (JSONL trajectory records with history)")
+  return p
+
+
+if __name__ == "__main__":
+  raise SystemExit(cli.run(_probe, parser()))
