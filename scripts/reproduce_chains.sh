@@ -6,7 +6,8 @@
 # seed CARR_JAX_SEEDS, default the world seed), tagged wW_seedS:
 #   1. the cold start, two SFT stages: the reference world's (lab/configs/lookup_cpu.py:sft,
 #      scripts/cold_start.sh's link-copy gate) into OUT_DIR/ref_sft_<tag>, then the chain
-#      world's from it (lab/configs/chain_cpu.py:sft, 300 steps) into OUT_DIR/sft_<tag>;
+#      world's from it (lab/configs/chain_cpu.py:sft, 300 steps, the same gate asking also
+#      for the copy of the first page's term into the second search) into OUT_DIR/sft_<tag>;
 #   2. from it, with the same seeds and budget, one RL run per method into
 #      OUT_DIR/<method>_<tag>, two at a time: grpo (outcome reward only), cgrpo (the paper,
 #      a = 0.3), noconn (C-GRPO, a supported rubric counts without connecting to the answer:
@@ -28,7 +29,7 @@ start=$(date +%s)
 runs=($(bash scripts/world_runs.sh))
 export CARR_JAX_METHODS="${CARR_JAX_METHODS:-grpo cgrpo noconn rubric}"
 bash scripts/run_lanes.sh sft "$out" lab/configs/lookup_cpu.py:sft --name ref_sft --gate "${runs[@]}"
-bash scripts/run_lanes.sh sft "$out" lab/configs/chain_cpu.py:sft --init ref_sft "${runs[@]}"
+bash scripts/run_lanes.sh sft "$out" lab/configs/chain_cpu.py:sft --init ref_sft --gate "${runs[@]}"
 methods=($CARR_JAX_METHODS)
 for ((i = 0; i < ${#methods[@]}; i += 2)); do  # each pair of methods over every world first
   for run in "${runs[@]}"; do

@@ -1,17 +1,19 @@
-"""Does a cold start copy the question's link into its query? A gate before RL.
+"""Does a cold start copy the question's link (and a chain's next terms) into its queries? A gate.
 
     python -m lab.probes.link_copy --config lab/configs/lookup_cpu.py:sft \
         --checkpoint workdir/demo/sft/checkpoints [--first 64] [--min 0.9]
 
 On the held-out questions from index `--first` on (default 64: past the `train.eval_questions`
 that the RL job evaluates, so the gate never looks at them), it feeds the "lookup" expert's
-searched episode up to each digit of the link in its first query and prints one line,
+searched episode up to each digit of the link in its first query (hop 0) and, on a chain,
+of the term each later query copies from the page just opened (hop 1, ...), and prints one
+line per hop,
 
-    link_copy greedy_exact=<float> p_digits=<float> n=<questions> min=<float> pass=<0|1>
+    link_copy greedy_exact=<float> p_digits=<float> n=<questions> min=<float> pass=<0|1> hop=<k>
 
 (greedy_exact: the share of questions whose digits are all the likeliest next tokens;
-p_digits: the mean probability of all of them), then exits 0 when greedy_exact >= --min and 1
-below it. The copy is learned as a sudden transition at a seed- and machine-dependent SFT step
+p_digits: the mean probability of all of them), then exits 0 when every hop's greedy_exact
+>= --min and 1 below it. The copy is learned as a sudden transition at a seed- and machine-dependent SFT step
 (docs/results.md); `scripts/cold_start.sh` trains on until this gate passes.
 """
 from __future__ import annotations
@@ -38,13 +40,15 @@ def _gate(args: argparse.Namespace) -> int:
                          "gate needs a lookup or reference world with more held-out questions")
   from rollout.tools.corpus import CorpusBackend
   searched = kind_probe.expert_episodes(fmt, records, CorpusBackend.from_records(corpus), True)
-  tokens, lengths, targets = kind_probe.query_copy_inputs(fmt, searched)
   params = policy_params(config, cfg, args.checkpoint)[0]
-  p, top = kind_probe.next_token_probs(params, cfg, vocab, tokens, lengths, targets)
-  exact, p_digits = kind_probe.copy_rates(p, top, len(records))
-  passed = exact >= args.min
-  print(f"link_copy greedy_exact={exact:.3f} p_digits={p_digits:.4f} n={len(records)} "
-        f"min={args.min} pass={int(passed)}")
+  passed = True
+  for hop in range(len(records[0]["metadata"]["gold"].get("chain") or [None])):
+    tokens, lengths, targets = kind_probe.query_copy_inputs(fmt, searched, hop)
+    p, top = kind_probe.next_token_probs(params, cfg, vocab, tokens, lengths, targets)
+    exact, p_digits = kind_probe.copy_rates(p, top, len(records))
+    passed &= exact >= args.min
+    print(f"link_copy greedy_exact={exact:.3f} p_digits={p_digits:.4f} n={len(records)} "
+          f"min={args.min} pass={int(exact >= args.min)} hop={hop}")
   return 0 if passed else 1
 
 

@@ -1,4 +1,4 @@
-"""scripts/cold_start.sh and lab/probes/link_copy.py: the reference cold start's link-copy gate.
+"""scripts/cold_start.sh and lab/probes/link_copy.py: the cold start's copy gate (every hop).
 
 The slow test runs the real script on the reference world with a few SFT steps: a policy that
 has not learned the copy fails the gate, is trained on in the same workdir (resumed, more steps)
@@ -62,3 +62,22 @@ def test_a_cold_start_that_does_not_copy_is_trained_on_then_let_through(tmp_path
   out = _cold_start(workdir, CARR_JAX_MIN_COPY="0")
   assert re.findall(r"link_copy .* pass=(\d)", out) == ["1"]
   assert "top-up" not in out and _steps(workdir)[-1] == 10
+
+
+@pytest.mark.slow
+def test_on_a_chain_the_gate_asks_for_every_hops_copy(tmp_path):
+  """A chain cold start must copy the question's link and the term its first page names."""
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  env.pop("XLA_FLAGS", None)
+  config = "lab/configs/chain_cpu.py:sft"
+  subprocess.run([sys.executable, "-m", "carr_jax.sft", "--config", config, "--workdir",
+                  str(tmp_path), *TINY], cwd=REPO, env=env, check=True, capture_output=True,
+                 timeout=1200)
+  probe = [sys.executable, "-m", "lab.probes.link_copy", "--config", config, "--checkpoint",
+           str(tmp_path / "checkpoints")]
+  failed = subprocess.run(probe, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+  assert failed.returncode == 1, failed.stderr[-3000:]  # six steps copy no term
+  assert re.findall(r"pass=0 hop=(\d)", failed.stdout) == ["0", "1"]
+  passed = subprocess.run(probe + ["--min", "0"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1200)
+  assert passed.returncode == 0 and re.findall(r"pass=1 hop=(\d)", passed.stdout) == ["0", "1"]
