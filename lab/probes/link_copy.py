@@ -1,4 +1,4 @@
-"""Does a cold start copy the question's link (and a chain's next terms) into its queries? A gate.
+"""Does a cold start copy the question's link, and a chain's next terms, into its queries?
 
     python -m lab.probes.link_copy --config lab/configs/lookup_cpu.py:sft \
         --checkpoint workdir/demo/sft/checkpoints [--first 64] [--min 0.9]
@@ -13,8 +13,9 @@ line per hop,
 
 (greedy_exact: the share of questions whose digits are all the likeliest next tokens;
 p_digits: the mean probability of all of them), then exits 0 when every hop's greedy_exact
->= --min and 1 below it. The copy is learned as a sudden transition at a seed- and machine-dependent SFT step
-(docs/results.md); `scripts/cold_start.sh` trains on until this gate passes.
+>= --min and 1 below it: a gate before RL. The copy is learned as a sudden transition at a
+seed- and machine-dependent SFT step (docs/results.md); `scripts/cold_start.sh` trains on
+until this gate passes.
 """
 from __future__ import annotations
 
