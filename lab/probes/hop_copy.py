@@ -18,12 +18,11 @@ by chance only, so no outcome or rubric reward can teach it to read the chain.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from carr_jax import cli
-from lab.probes.listing_reveal import searched_queries
+from lab.probes.listing_reveal import dumped_searches
 
 
 def names(query: str, term: str) -> bool:
@@ -45,12 +44,8 @@ def hop_counts(episodes: Iterable[tuple[Sequence[str], Sequence[str]]]) -> list[
 
 def episodes_of(paths: Sequence[str], records: Mapping[str, Mapping]):
   """(chain terms, search queries) of every dumped episode in `paths`."""
-  for path in paths:
-    with open(path, encoding="utf-8") as f:
-      for line in f:
-        traj = json.loads(line)
-        chain = records[traj["prompt_id"]]["metadata"]["gold"].get("chain") or []
-        yield chain, [q for q, _ in searched_queries(traj.get("history") or [])]
+  for prompt_id, searches in dumped_searches(paths):
+    yield records[prompt_id]["metadata"]["gold"].get("chain") or [], [q for q, _ in searches]
 
 
 def _probe(args: argparse.Namespace) -> None:

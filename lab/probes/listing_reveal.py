@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from carr_jax import cli
 
@@ -61,6 +61,15 @@ def searched_queries(history: Sequence[Mapping]) -> list[tuple[str, int]]:
   return out
 
 
+def dumped_searches(paths: Sequence[str]) -> Iterator[tuple[str, list[tuple[str, int]]]]:
+  """(prompt id, its (query, num) searches) of every episode in dumped trajectory files."""
+  for path in paths:
+    with open(path, encoding="utf-8") as f:
+      for line in f:
+        traj = json.loads(line)
+        yield traj["prompt_id"], searched_queries(traj.get("history") or [])
+
+
 def share(backend, searches: Mapping[str, list[tuple[str, int]]],
           records: Mapping[str, Mapping]) -> tuple[float, int, int]:
   """(share of questions with a revealing listing, questions searched, searches) for
@@ -94,12 +103,8 @@ def _probe(args: argparse.Namespace) -> None:
     sources["expert"].setdefault(ep["prompt_id"], []).extend(searched_queries(ep["history"]))
   if args.trajectories:
     sources["trajectories"] = {}
-    for path in args.trajectories:
-      with open(path, encoding="utf-8") as f:
-        for line in f:
-          traj = json.loads(line)
-          sources["trajectories"].setdefault(traj["prompt_id"], []).extend(
-              searched_queries(traj.get("history") or []))
+    for prompt_id, searches in dumped_searches(args.trajectories):
+      sources["trajectories"].setdefault(prompt_id, []).extend(searches)
   for name, searches in sources.items():
     rate, questions, count = share(backend, searches, records)
     print(f"listing_reveal source={name} share={rate:.4f} questions={questions} "
