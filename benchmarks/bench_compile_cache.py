@@ -18,27 +18,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
-from common import REPO
+from common import REPO, run_trainer
 
 sys.path.insert(0, REPO)
 from carr_jax.runs.metrics import read_scalars  # noqa: E402
 
 
 def run_side(args, cache_dir: str) -> dict:
-  workdir = tempfile.mkdtemp(prefix="bench_compile_cache_")
-  cmd = [sys.executable, "-m", "carr_jax.train", "--config", args.config, "--workdir", workdir,
-         f"--config.train.num_steps={args.steps}", "--config.train.eval_every=0",
-         f"--config.checkpoint.every={args.steps}",
-         f"--config.checkpoint.init_dir={os.path.abspath(args.init_dir) if args.init_dir else ''}"]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": cache_dir,
-         "JAX_COMPILATION_CACHE_MAX_SIZE": str(4 << 30)}
   start = time.perf_counter()
-  subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
+  workdir = run_trainer(args.config, args.steps, args.init_dir,
+                        env={"JAX_COMPILATION_CACHE_DIR": cache_dir,
+                             "JAX_COMPILATION_CACHE_MAX_SIZE": str(4 << 30)})
   wall = time.perf_counter() - start
   series = read_scalars(os.path.join(workdir, "tb"),
                         {"step": "perf/step_time_s", "loss": "train/loss"})

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 
-from common import REPO
+from common import REPO, run_trainer
 
 sys.path.insert(0, REPO)
 from carr_jax.runs.metrics import read_scalars  # noqa: E402
@@ -31,15 +29,8 @@ PHASES = ("perf/rollout_s", "perf/judge_s", "perf/train_s", "perf/sync_s", "perf
 
 def run_setting(config: str, prompts: int, group: int, steps: int,
                 init_dir: str) -> dict[str, float]:
-  workdir = tempfile.mkdtemp(prefix="bench_demo_")
-  cmd = [sys.executable, "-m", "carr_jax.train", "--config", config,
-         "--workdir", workdir, f"--config.data.prompts_per_step={prompts}",
-         f"--config.data.group_size={group}", f"--config.train.num_steps={steps}",
-         "--config.train.eval_every=0", f"--config.checkpoint.every={steps}",
-         f"--config.checkpoint.init_dir={os.path.abspath(init_dir) if init_dir else ''}"]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  env.pop("XLA_FLAGS", None)
-  subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
+  workdir = run_trainer(config, steps, init_dir, [f"--config.data.prompts_per_step={prompts}",
+                                                  f"--config.data.group_size={group}"])
   series = read_scalars(os.path.join(workdir, "tb"), {k: k for k in PHASES})
   return {k: values[-1] for k, values in series.items()}
 

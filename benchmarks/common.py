@@ -10,6 +10,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,6 +50,23 @@ def print_ratio(results: dict[str, dict], ours: str, peer: str) -> None:
   label = "carr_jax / peer" if (ours, peer) == ("jax", "torch") else f"{ours} / {peer}"
   print(f"ratio {label}: throughput {a['tokens_per_s'] / b['tokens_per_s']:.2f}x, "
         f"peak step memory {a['peak_step_mb'] / b['peak_step_mb']:.2f}x")
+
+
+def run_trainer(config: str, steps: int, init_dir: str, flags: list[str] = (),
+                env: dict[str, str] | None = None) -> str:
+  """`python -m carr_jax.train` for `steps` steps, no evaluation, one checkpoint at the end,
+  from `init_dir` (a cold start's checkpoints; "" a random policy), in a fresh process and
+  workdir on the CPU, with extra `--config.*` flags and environment. Returns the workdir."""
+  workdir = tempfile.mkdtemp(prefix="bench_trainer_")
+  cmd = [sys.executable, "-m", "carr_jax.train", "--config", config, "--workdir", workdir,
+         f"--config.train.num_steps={steps}", "--config.train.eval_every=0",
+         f"--config.checkpoint.every={steps}",
+         f"--config.checkpoint.init_dir={os.path.abspath(init_dir) if init_dir else ''}",
+         *flags]
+  full_env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
+  full_env.pop("XLA_FLAGS", None)
+  subprocess.run(cmd, cwd=REPO, env=full_env, check=True, capture_output=True)
+  return workdir
 
 
 def hf_qwen3(preset: str):
