@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,7 +53,7 @@ def print_ratio(results: dict[str, dict], ours: str, peer: str) -> None:
         f"peak step memory {a['peak_step_mb'] / b['peak_step_mb']:.2f}x")
 
 
-def run_trainer(config: str, steps: int, init_dir: str, flags: list[str] = (),
+def run_trainer(config: str, steps: int, init_dir: str, flags: Sequence[str] = (),
                 env: dict[str, str] | None = None) -> str:
   """`python -m carr_jax.train` for `steps` steps, no evaluation, one checkpoint at the end,
   from `init_dir` (a cold start's checkpoints; "" a random policy), in a fresh process and
