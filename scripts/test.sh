@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The test command (README, CI): sets up .venv if needed, then runs a suite:
-#   bash scripts/test.sh          the default suite: every test not marked slow or sglang
-#   bash scripts/test.sh --slow   the slow tests (end-to-end trainer, SFT acceptance, ...)
+#   bash scripts/test.sh          the default suite: every test not marked slow or sglang, on
+#                                 two pytest-xdist workers (-n 2; pass -n 0 to run it serially)
+#   bash scripts/test.sh --slow   the slow tests (end-to-end trainer, SFT acceptance, ...),
+#                                 serially (the two-process multi-host and learning runs each
+#                                 fill both cores)
 # Tests marked sglang need the SGLang venv (see .ci/run). Extra args go to pytest.
 # Fails when pytest collects no test (pytest exits 5) or when nothing passed.
 set -euo pipefail
@@ -10,9 +13,9 @@ bash scripts/setup_env.sh
 venv="${CARR_JAX_VENV:-.venv}"
 log="$(mktemp)"
 set +e
-marks="not slow and not sglang"
-if [ "${1:-}" = "--slow" ]; then marks="slow and not sglang"; shift; fi
-"$venv/bin/python" -m pytest -m "$marks" --durations=10 "$@" 2>&1 | tee "$log"
+marks="not slow and not sglang" workers=(-n 2)
+if [ "${1:-}" = "--slow" ]; then marks="slow and not sglang" workers=(); shift; fi
+"$venv/bin/python" -m pytest -m "$marks" "${workers[@]}" --durations=10 "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -ne 0 ]; then exit "$status"; fi
