@@ -44,6 +44,7 @@ from rollout import chat
 
 REPLY_START = "\n</think>\n\n## Exact Answer\n"  # generated before the answer word
 _MARKED = re.compile(rf"\b({'|'.join(MARKERS)}) $")  # a glossary term's marker word
+_CITED = re.compile(rf"/({'|'.join(MARKERS)})_$")  # a glossary page's URL up to its number
 
 
 def probe_inputs(fmt: chat.ChatFormat, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -99,15 +100,30 @@ def query_copy_inputs(fmt: chat.ChatFormat, searched: list[dict], hop: int = 0
   Returns ([N*D, T] token ids, [N*D] lengths, [N*D] the digit token that comes next), where
   D is the number's digit count: the rows of question i ask for its digits in order.
   """
+  # the searches come before the reply, whose citations hold digits too
+  return _digit_rows(fmt, searched, _MARKED, hop)
+
+
+def cite_copy_inputs(fmt: chat.ChatFormat, searched: list[dict]
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """As `query_copy_inputs`, before each digit of the number in the reply's first cited URL
+  (`.../glossary/link_800`: the question's own page; tools open pages by listing id, so no
+  URL is generated before the reply)."""
+  return _digit_rows(fmt, searched, _CITED, 0)
+
+
+def _digit_rows(fmt: chat.ChatFormat, searched: list[dict], marked: re.Pattern, k: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Each episode cut before each digit of its k-th generated number that follows `marked`."""
   digit_ids = {fmt.encode(str(d))[0] for d in range(10)}
   seqs, targets = [], []
   for ep in searched:
     ids, mask = ep["token_ids"], ep["loss_mask"]
-    numbers = [i for i in range(1, len(ids))  # generated digits right after a term's marker
+    numbers = [i for i in range(1, len(ids))  # generated digits right after a marker
                if mask[i] and ids[i] in digit_ids
-               and _MARKED.search(fmt.tokenizer.decode(ids[max(0, i - 4):i]))]
-    i = numbers[hop]  # the searches come before the reply, whose citations hold digits too
-    while ids[i] in digit_ids:  # the query's number, digit by digit
+               and marked.search(fmt.tokenizer.decode(ids[max(0, i - 4):i]))]
+    i = numbers[k]
+    while ids[i] in digit_ids:  # the number, digit by digit
       seqs.append(ids[:i])
       targets.append(ids[i])
       i += 1

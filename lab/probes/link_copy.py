@@ -6,8 +6,9 @@
 On the held-out questions from index `--first` on (default 64: past the `train.eval_questions`
 that the RL job evaluates, so the gate never looks at them), it feeds the "lookup" expert's
 searched episode up to each digit of the link in its first query (hop 0) and, on a chain,
-of the term each later query copies from the page just opened (hop 1, ...), and prints one
-line per hop,
+of the term each later query copies from the page just opened (hop 1, ...), and with
+`--cite` of the first page's number in the reply's first cited URL (hop cite: a reply citing
+a page it never opened earns no rubric), and prints one line per hop,
 
     link_copy greedy_exact=<float> p_digits=<float> n=<questions> min=<float> pass=<0|1> hop=<k>
 
@@ -44,13 +45,22 @@ def _gate(args: argparse.Namespace) -> int:
   params = policy_params(config, cfg, args.checkpoint)[0]
   passed = True
   for hop in range(len(records[0]["metadata"]["gold"].get("chain") or [None])):
-    tokens, lengths, targets = kind_probe.query_copy_inputs(fmt, searched, hop)
-    p, top = kind_probe.next_token_probs(params, cfg, vocab, tokens, lengths, targets)
-    exact, p_digits = kind_probe.copy_rates(p, top, len(records))
-    passed &= exact >= args.min
-    print(f"link_copy greedy_exact={exact:.3f} p_digits={p_digits:.4f} n={len(records)} "
-          f"min={args.min} pass={int(exact >= args.min)} hop={hop}")
+    passed &= _hop(params, cfg, vocab, kind_probe.query_copy_inputs(fmt, searched, hop),
+                   len(records), args.min, hop)
+  if args.cite:
+    passed &= _hop(params, cfg, vocab, kind_probe.cite_copy_inputs(fmt, searched),
+                   len(records), args.min, "cite")
   return 0 if passed else 1
+
+
+def _hop(params, cfg, vocab, inputs, n: int, minimum: float, hop: int | str) -> bool:
+  """Prints one hop's line; True when it passes."""
+  tokens, lengths, targets = inputs
+  p, top = kind_probe.next_token_probs(params, cfg, vocab, tokens, lengths, targets)
+  exact, p_digits = kind_probe.copy_rates(p, top, n)
+  print(f"link_copy greedy_exact={exact:.3f} p_digits={p_digits:.4f} n={n} min={minimum} "
+        f"pass={int(exact >= minimum)} hop={hop}")
+  return exact >= minimum
 
 
 def parser() -> argparse.ArgumentParser:
@@ -59,6 +69,8 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--checkpoint", required=True, help="checkpoint root or one step directory")
   p.add_argument("--first", type=int, default=64,
                  help="first held-out question probed (those before it are the RL evaluation's)")
+  p.add_argument("--cite", action="store_true",
+                 help="also gate the copy of the first page's number into the reply's citation")
   p.add_argument("--min", type=float, default=0.9, help="greedy exact copy share that passes")
   return p
 

@@ -131,6 +131,23 @@ def test_the_copy_probe_asks_for_each_search_number(world):
         assert prefix.endswith(f'"query": "glossary {term[:len(term) - 3 + k]}')
 
 
+def test_the_cite_probe_asks_for_the_first_cited_pages_number(world):
+  """kind_probe.cite_copy_inputs: rows cut before each digit of the reply's first cited URL,
+  the question's own page (searches and opens generate no URL before it)."""
+  fmt = chat.ChatFormat(qwen3_tokenizer())
+  records = world.eval[:4]
+  searched = kind_probe.expert_episodes(fmt, records, world.corpus_backend(), True)
+  tokens, lengths, targets = kind_probe.cite_copy_inputs(fmt, searched)
+  assert len(targets) == 3 * len(records)
+  for i, record in enumerate(records):
+    marker, number = _gold(record)["chain"][0].split()  # "link", "800"
+    assert fmt.tokenizer.decode(targets[3 * i:3 * i + 3]) == number
+    for k in range(3):
+      prefix = fmt.tokenizer.decode(tokens[3 * i + k][:lengths[3 * i + k]])
+      assert "## Explanation with Citations" in prefix
+      assert prefix.endswith(f"/glossary/{marker}_{number[:k]}")
+
+
 def _rescored(world, judged, edit, **judge_kw):
   """The searched expert episodes with their final reply rewritten by `edit(reply, gold)`,
   scored by the gold judge: the pages were received, only the reply changes."""
