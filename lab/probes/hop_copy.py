@@ -12,17 +12,25 @@ k-th query names term k as a whole word, and prints one line per hop,
 
     hop_copy hop=<k> share=<float> copied=<n> episodes=<m>
 
+and one more, hop=cite, over the episodes whose final reply cites a URL: those whose first
+cited URL is the question's own page (term 1's; a mistyped number cites a page never
+opened, which supports no rubric).
+
 A cold start that copies the question's link but not the next term reaches the deciding page
 by chance only, so no outcome or rubric reward can teach it to read the chain.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from carr_jax import cli
 from lab.probes.listing_reveal import dumped_searches
+from lab.world.lookup import glossary_url
+
+_CITED_URL = re.compile(r"\]\((https?://[^)\s]+)\)")  # [n](url) in a reply
 
 
 def names(query: str, term: str) -> bool:
@@ -48,12 +56,38 @@ def episodes_of(paths: Sequence[str], records: Mapping[str, Mapping]):
     yield records[prompt_id]["metadata"]["gold"].get("chain") or [], [q for q, _ in searches]
 
 
+def first_cited(reply: str) -> str | None:
+  """The first URL cited as [n](url) in `reply`, or None."""
+  m = _CITED_URL.search(reply)
+  return m.group(1) if m else None
+
+
+def cite_count(paths: Sequence[str], records: Mapping[str, Mapping]) -> tuple[int, int]:
+  """(episodes whose first citation is the question's own page, episodes that cite) over the
+  dumped episodes in `paths`."""
+  copied = n = 0
+  for path in paths:
+    with open(path, encoding="utf-8") as f:
+      for line in f:
+        traj = json.loads(line)
+        history = traj.get("history") or []
+        reply = history[-1].get("content") if history else None
+        url = first_cited(reply) if isinstance(reply, str) else None
+        chain = records[traj["prompt_id"]]["metadata"]["gold"].get("chain")
+        if url is not None and chain:
+          copied += url == glossary_url(chain[0])
+          n += 1
+  return copied, n
+
+
 def _probe(args: argparse.Namespace) -> None:
   from lab import tasks
   train, evals, _ = tasks.tasks(args.config)
   records = {r["id"]: r for r in train + evals}
   for k, (copied, n) in enumerate(hop_counts(episodes_of(args.trajectories, records)), 1):
     print(f"hop_copy hop={k} share={copied / n:.4f} copied={copied} episodes={n}")
+  copied, n = cite_count(args.trajectories, records)
+  print(f"hop_copy hop=cite share={copied / max(n, 1):.4f} copied={copied} episodes={n}")
 
 
 def parser() -> argparse.ArgumentParser:

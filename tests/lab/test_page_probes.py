@@ -107,3 +107,21 @@ def test_hop_copy_counts_each_hop_over_the_episodes_that_reached_it(tmp_path):
   counts = hop_copy.hop_counts(hop_copy.episodes_of([str(path)], records))
   assert counts == [(3, 4), (2, 3)]
   assert not hop_copy.names("glossary code 1350", "code 135")
+
+
+def test_hop_copy_counts_replies_whose_first_citation_is_the_questions_page(tmp_path):
+  records = {"q": {"metadata": {"gold": {"chain": ["link 800", "code 319"]}}}}
+  url = "https://synthwiki.example/glossary/"
+
+  def reply(text):
+    return _searches("glossary link 800") + [{"role": "assistant", "content": text}]
+  episodes = [reply(f"A. [[1]({url}link_800)] B. [[2]({url}code_319)]"),  # the own page
+              reply(f"A. [[1]({url}link_840)] B. [[2]({url}code_319)]"),  # a mistyped number
+              reply(f"B. [[1]({url}code_319)] A. [[2]({url}link_800)]"),  # the pages swapped
+              reply("## Exact Answer\norganization"),  # cites nothing: not counted
+              _searches("glossary link 800")]  # no reply: not counted
+  path = tmp_path / "step_1.jsonl"
+  path.write_text("".join(json.dumps({"prompt_id": "q", "history": h}) + "\n"
+                          for h in episodes))
+  assert hop_copy.cite_count([str(path)], records) == (1, 3)
+  assert hop_copy.first_cited("no link here") is None
