@@ -44,7 +44,8 @@ from rollout import chat
 
 REPLY_START = "\n</think>\n\n## Exact Answer\n"  # generated before the answer word
 _MARKED = re.compile(rf"\b({'|'.join(MARKERS)}) $")  # a glossary term's marker word
-_CITED = re.compile(rf"/({'|'.join(MARKERS)})_$")  # a glossary page's URL up to its number
+_REPLY_MARKED = re.compile(rf"\b({'|'.join(m.title() for m in MARKERS)}) $")  # "Link " opens
+# the reply's first cited sentence; queries write markers in lower case
 
 
 def probe_inputs(fmt: chat.ChatFormat, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -106,10 +107,10 @@ def query_copy_inputs(fmt: chat.ChatFormat, searched: list[dict], hop: int = 0
 
 def cite_copy_inputs(fmt: chat.ChatFormat, searched: list[dict]
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """As `query_copy_inputs`, before each digit of the number in the reply's first cited URL
-  (`.../glossary/link_800`: the question's own page; tools open pages by listing id, so no
-  URL is generated before the reply)."""
-  return _digit_rows(fmt, searched, _CITED, 0)
+  """As `query_copy_inputs`, before each digit of the first page's number where the reply
+  first writes it ("Link 800 continues under code 319. [[1](.../link_800)]": the cited URL
+  then repeats it), so a miscopy there cites a page never opened."""
+  return _digit_rows(fmt, searched, _REPLY_MARKED, 0)
 
 
 def _digit_rows(fmt: chat.ChatFormat, searched: list[dict], marked: re.Pattern, k: int

@@ -7,8 +7,9 @@ On the held-out questions from index `--first` on (default 64: past the `train.e
 that the RL job evaluates, so the gate never looks at them), it feeds the "lookup" expert's
 searched episode up to each digit of the link in its first query (hop 0) and, on a chain,
 of the term each later query copies from the page just opened (hop 1, ...), and with
-`--cite` of the first page's number in the reply's first cited URL (hop cite: a reply citing
-a page it never opened earns no rubric), and prints one line per hop,
+`--cite` of the first page's number where the reply first writes it, the cited sentence
+whose URL repeats it (hop cite: a reply citing a page it never opened earns no rubric), and
+prints one line per hop,
 
     link_copy greedy_exact=<float> p_digits=<float> n=<questions> min=<float> pass=<0|1> hop=<k>
 

@@ -132,8 +132,8 @@ def test_the_copy_probe_asks_for_each_search_number(world):
 
 
 def test_the_cite_probe_asks_for_the_first_cited_pages_number(world):
-  """kind_probe.cite_copy_inputs: rows cut before each digit of the reply's first cited URL,
-  the question's own page (searches and opens generate no URL before it)."""
+  """kind_probe.cite_copy_inputs: rows cut before each digit of the question's link where the
+  reply first writes it, in the sentence its first citation supports."""
   fmt = chat.ChatFormat(qwen3_tokenizer())
   records = world.eval[:4]
   searched = kind_probe.expert_episodes(fmt, records, world.corpus_backend(), True)
@@ -144,8 +144,7 @@ def test_the_cite_probe_asks_for_the_first_cited_pages_number(world):
     assert fmt.tokenizer.decode(targets[3 * i:3 * i + 3]) == number
     for k in range(3):
       prefix = fmt.tokenizer.decode(tokens[3 * i + k][:lengths[3 * i + k]])
-      assert "## Explanation with Citations" in prefix
-      assert prefix.endswith(f"/glossary/{marker}_{number[:k]}")
+      assert prefix.endswith(f"## Explanation with Citations\n{marker.title()} {number[:k]}")
 
 
 def _rescored(world, judged, edit, **judge_kw):
