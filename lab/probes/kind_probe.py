@@ -44,8 +44,8 @@ from rollout import chat
 
 REPLY_START = "\n</think>\n\n## Exact Answer\n"  # generated before the answer word
 _MARKED = re.compile(rf"\b({'|'.join(MARKERS)}) $")  # a glossary term's marker word
-_REPLY_MARKED = re.compile(rf"\b({'|'.join(m.title() for m in MARKERS)}) $")  # "Link " opens
-# the reply's first cited sentence; queries write markers in lower case
+# "Link ": how the reply's first cited sentence opens (queries write "link ")
+_REPLY_MARKED = re.compile(rf"\b({'|'.join(m.title() for m in MARKERS)}) $")
 
 
 def probe_inputs(fmt: chat.ChatFormat, records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
