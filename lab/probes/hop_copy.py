@@ -22,15 +22,13 @@ by chance only, so no outcome or rubric reward can teach it to read the chain.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from carr_jax import cli
-from lab.probes.listing_reveal import dumped_searches
+from judge.citations import extract_citations
+from lab.probes.listing_reveal import dumped_searches, dumped_trajectories
 from lab.world.lookup import glossary_url
-
-_CITED_URL = re.compile(r"\]\((https?://[^)\s]+)\)")  # [n](url) in a reply
 
 
 def names(query: str, term: str) -> bool:
@@ -56,27 +54,18 @@ def episodes_of(paths: Sequence[str], records: Mapping[str, Mapping]):
     yield records[prompt_id]["metadata"]["gold"].get("chain") or [], [q for q, _ in searches]
 
 
-def first_cited(reply: str) -> str | None:
-  """The first URL cited as [n](url) in `reply`, or None."""
-  m = _CITED_URL.search(reply)
-  return m.group(1) if m else None
-
-
 def cite_count(paths: Sequence[str], records: Mapping[str, Mapping]) -> tuple[int, int]:
   """(episodes whose first citation is the question's own page, episodes that cite) over the
-  dumped episodes in `paths`."""
+  dumped episodes in `paths`; citations as the judge reads them ([[n](url)])."""
   copied = n = 0
-  for path in paths:
-    with open(path, encoding="utf-8") as f:
-      for line in f:
-        traj = json.loads(line)
-        history = traj.get("history") or []
-        reply = history[-1].get("content") if history else None
-        url = first_cited(reply) if isinstance(reply, str) else None
-        chain = records[traj["prompt_id"]]["metadata"]["gold"].get("chain")
-        if url is not None and chain:
-          copied += url == glossary_url(chain[0])
-          n += 1
+  for traj in dumped_trajectories(paths):
+    history = traj.get("history") or []
+    reply = history[-1].get("content") if history else None
+    cited = extract_citations(reply, 1, accept_plain_links=False) if isinstance(reply, str) else []
+    chain = records[traj["prompt_id"]]["metadata"]["gold"].get("chain")
+    if cited and chain:
+      copied += cited[0] == glossary_url(chain[0])
+      n += 1
   return copied, n
 
 

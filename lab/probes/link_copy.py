@@ -71,7 +71,7 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--first", type=int, default=64,
                  help="first held-out question probed (those before it are the RL evaluation's)")
   p.add_argument("--cite", action="store_true",
-                 help="also gate the copy of the first page's number into the reply's citation")
+                 help="also gate the copy of the first page's number where the reply first writes it")
   p.add_argument("--min", type=float, default=0.9, help="greedy exact copy share that passes")
   return p
 

@@ -61,13 +61,18 @@ def searched_queries(history: Sequence[Mapping]) -> list[tuple[str, int]]:
   return out
 
 
-def dumped_searches(paths: Sequence[str]) -> Iterator[tuple[str, list[tuple[str, int]]]]:
-  """(prompt id, its (query, num) searches) of every episode in dumped trajectory files."""
+def dumped_trajectories(paths: Sequence[str]) -> Iterator[dict]:
+  """Every episode record of dumped trajectory files (JSONL, an RL run's trajectories/)."""
   for path in paths:
     with open(path, encoding="utf-8") as f:
       for line in f:
-        traj = json.loads(line)
-        yield traj["prompt_id"], searched_queries(traj.get("history") or [])
+        yield json.loads(line)
+
+
+def dumped_searches(paths: Sequence[str]) -> Iterator[tuple[str, list[tuple[str, int]]]]:
+  """(prompt id, its (query, num) searches) of every episode in dumped trajectory files."""
+  for traj in dumped_trajectories(paths):
+    yield traj["prompt_id"], searched_queries(traj.get("history") or [])
 
 
 def share(backend, searches: Mapping[str, list[tuple[str, int]]],

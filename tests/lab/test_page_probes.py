@@ -124,4 +124,3 @@ def test_hop_copy_counts_replies_whose_first_citation_is_the_questions_page(tmp_
   path.write_text("".join(json.dumps({"prompt_id": "q", "history": h}) + "\n"
                           for h in episodes))
   assert hop_copy.cite_count([str(path)], records) == (1, 3)
-  assert hop_copy.first_cited("no link here") is None
