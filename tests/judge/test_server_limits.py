@@ -119,6 +119,7 @@ def test_lone_surrogates_in_request_and_judge_reply_are_scored_not_500():
   assert result["outcome_reward"] == 0.0 and result["rubric_reward"] == 1.0
 
 
+@pytest.mark.serial
 def test_deadline_gives_zero_with_reason():
   with ScriptedServer(canned_reply, delay=1.5) as llm:
     config = JudgeConfig(base_url=llm.base_url, model="m", api_key_env="", deadline_s=0.3)
@@ -314,6 +315,7 @@ class _Errors(logging.Handler):
     self.records.append(record)
 
 
+@pytest.mark.serial
 def test_two_thousand_fuzzed_bodies_no_5xx_and_every_zero_has_a_reason():
   """Also: no response takes 30 s or more, and /health, polled throughout, answers within 1 s."""
   rng = random.Random(2000)

@@ -14,6 +14,8 @@ import json
 import random
 import time
 
+import pytest
+
 from carr_common.safe_text import json_depth
 from rollout import chat
 from rollout.agent import RolloutConfig, assistant_message, run_episode
@@ -134,6 +136,7 @@ def test_deep_nesting_and_huge_integers_are_ill_formed():
   assert check_turn(ok) == "ok"  # within Python's digit limit: parsed, then clamped by tools
 
 
+@pytest.mark.serial
 def test_unclosed_tag_storms_are_ill_formed_in_linear_time():
   """16,384 tags in the orders that made a lazy regex rescan to the end from every open tag
   (14.7 s for closes-then-opens before the linear scan; cgrpo_qwen3_4b allows 16,384-token

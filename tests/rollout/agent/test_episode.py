@@ -127,6 +127,7 @@ class SlowBackend:
     return await self.inner.fetch(url)
 
 
+@pytest.mark.serial
 def test_slow_tool_times_out_into_an_observation(fmt, world, backend, record):
   policy, *_ = gold_policy(world, record)
   engine = ScriptedEngine(fmt, lambda p, t, r: policy(p, t, r) if t == 0 else answer_text(
@@ -138,6 +139,7 @@ def test_slow_tool_times_out_into_an_observation(fmt, world, backend, record):
   assert traj["timings"]["tool_s"] < 1.0
 
 
+@pytest.mark.serial
 def test_tools_of_different_episodes_overlap(fmt, world, backend):
   """8 episodes x 2 calls of 0.3 s each: about 0.6 s when episodes browse concurrently,
   4.8 s if tool calls blocked one another."""

@@ -246,6 +246,7 @@ def _fuzzy_reference(pattern, page, limit):
   return found
 
 
+@pytest.mark.serial
 def test_find_sliding_window_equals_the_window_by_window_reference():
   """The linear scan (issue 26: a 2,000-word pattern on a 20,000-word page took 7.4 s) finds
   exactly the windows of the per-window recount, on 400 random pages and patterns."""
