@@ -1,4 +1,4 @@
-"""An RL run with JAX's persistent compilation cache warm (ours: scripts/compile_cache.sh,
+"""An RL run with JAX's persistent compilation cache warm (ours: scripts/job_env.sh,
 which the runners source) against the same run compiling everything (the peer, cache off).
 
 Runs the real trainer (`--config`, default the chain comparison's RL

@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 venv="${CARR_JAX_VENV:-.venv}"
 workdir="$(realpath -m "${CARR_JAX_WORKDIR:-workdir/demo}")"
-source scripts/compile_cache.sh "$workdir/jax_cache"
+source scripts/job_env.sh "$workdir/jax_cache"
 seed="${CARR_JAX_SEED:-0}"
 world=("--config.world.seed=${CARR_JAX_WORLD:-0}")
 init=()

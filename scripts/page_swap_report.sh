@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 py="${CARR_JAX_VENV:-.venv}/bin/python"
 out=$1 config=$2 wall=$3
 shift 3
-source scripts/compile_cache.sh "$out/jax_cache"
+source scripts/job_env.sh "$out/jax_cache"
 methods=(${CARR_JAX_METHODS:-grpo cgrpo})
 for run in "$@"; do
   tag="w${run%%:*}_seed${run#*:}"

@@ -26,7 +26,7 @@ py="${CARR_JAX_VENV:-.venv}/bin/python"
 stage=$1 out=$2 config=$3
 shift 3
 mkdir -p "$out"
-source scripts/compile_cache.sh "$out/jax_cache"
+source scripts/job_env.sh "$out/jax_cache"
 
 split_run() {  # split_run RUN: sets world, seed and tag (w<W>_seed<S>) of WORLD:SEED or SEED
   if [[ $1 == *:* ]]; then world=${1%%:*} seed=${1#*:}; else world=0 seed=$1; fi

@@ -4,14 +4,14 @@
 #                                 two pytest-xdist workers (-n 2; pass -n 0 to run it serially),
 #                                 then the tests marked serial alone (their wall-clock bounds
 #                                 assume no other test shares the cores)
-#   bash scripts/test.sh --slow   the slow tests (end-to-end trainer, SFT acceptance, ...),
-#                                 serially (the two-process multi-host and learning runs each
-#                                 fill both cores)
+#   bash scripts/test.sh --slow   the slow tests (end-to-end trainer, SFT acceptance, ...), the
+#                                 same two phases: on two workers, then those marked serial
 # Tests marked sglang need the SGLang venv (see .ci/run). Extra args go to pytest.
 # Fails when a phase fails, or when no test passed in either phase.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
+source scripts/job_env.sh ""  # huge pages for XLA's buffers; no compilation cache
 venv="${CARR_JAX_VENV:-.venv}"
 log="$(mktemp)"
 
@@ -29,7 +29,8 @@ run_phase() {
 
 if [ "${1:-}" = "--slow" ]; then
   shift
-  run_phase "slow and not sglang" "$@"
+  run_phase "slow and not sglang and not serial" -n 2 "$@"
+  run_phase "slow and not sglang and serial" -n 0 "$@"
 else
   run_phase "not slow and not sglang and not serial" -n 2 "$@"
   run_phase "not slow and not sglang and serial" -n 0 "$@"

@@ -194,6 +194,7 @@ def _health_probe(url: str) -> subprocess.Popen:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("kind", ["values", "messages"])
 def test_health_answers_within_a_second_while_big_bodies_parse(kind):
   """Concurrent big bodies sent to the real server process: /health, polled from another

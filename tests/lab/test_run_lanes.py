@@ -5,7 +5,7 @@ The runs are a stand-in interpreter (CARR_JAX_VENV points at it) that prints the
 processes it starts may use (`nproc` reads the process's affinity), so the test runs the real
 script in a few seconds.
 
-The runs share the experiment's compilation cache (scripts/compile_cache.sh).
+The runs share the experiment's compilation cache (scripts/job_env.sh).
 
   python -m pytest tests/lab/test_run_lanes.py -q
 """
