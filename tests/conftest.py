@@ -19,3 +19,16 @@ jax.config.update("jax_default_matmul_precision", "highest")
 # own session server, alive (and polling a core) until the session ends.
 from tests.sglang_server import (sglang_server, sglang_session_server,  # noqa: E402,F401
                                  tiny_qwen3_dirs)
+
+
+def pytest_collection_modifyitems(config, items):
+  """Tests that declare a longer timeout than the default run first (a stable sort): on two
+  xdist workers (scripts/test.sh) the longest one then starts at once instead of last, alone
+  on a worker while the other idles."""
+  default = float(config.getini("timeout") or 0)
+
+  def declared(item) -> float:
+    mark = item.get_closest_marker("timeout")
+    return float(mark.args[0]) if mark and mark.args else default
+
+  items.sort(key=lambda item: -max(declared(item), default))

@@ -1,11 +1,12 @@
 """The real trainer learns: the tool-free kind-question job (lab/configs/kinds_cpu.py) raises
-held-out accuracy with C-GRPO, seeded, through the real CLIs, in ~3 minutes (the main job,
-lab/configs/lookup_cpu.py with the browser tools, takes ~20 and is measured over seeds in
+held-out accuracy with C-GRPO, seeded, through the real CLIs, in ~6 minutes (the main job,
+lab/configs/lookup_cpu.py with the browser tools, is timed and measured over seeds in
 docs/results.md).
 
 SFT imitates a clean expert, then a noisy one (right on 3/4 of its replies), then C-GRPO runs
 from that policy with the gold judge, the in-process sampler and the jitted step. Measured on
-2 quiet cores: ~3 min in all; held-out avg@4 on 64 questions 0.75 -> 1.00 (docs/results.md).
+2 quiet cores: ~6 min in all (2026-12-07); held-out avg@4 on 64 questions 0.75 -> 1.00
+(docs/results.md).
 The test states its margin below; nothing else is loosened if it fails: find the bug.
 
   python -m pytest tests/lab/test_learning_run.py -q -m slow

@@ -276,7 +276,7 @@ def test_sft_loop_writes_metrics_and_checkpoints_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3000)  # SFT + evaluation + one RL step: 12 min on 2 quiet cores
+@pytest.mark.timeout(3000)  # SFT + evaluation + one RL step: 16-18 min on 2 cores (2026-12-07)
 def test_sft_then_evaluate_cli_tool_calls_well_formed(tmp_path):
   """Acceptance: SFT on the expert's episodes of the named-head world (lab/configs/named_cpu.py:sft),
   then `carr_jax.evaluate` on the held-out split: well-formed tool calls in at least half of
