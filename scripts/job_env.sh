@@ -1,4 +1,4 @@
-# Sourced by the runners (demo.sh, run_lanes.sh, page_swap_report.sh) and scripts/test.sh:
+# Sourced by the runners (demo.sh, run_lanes.sh, page_swap_report.sh):
 #   source scripts/job_env.sh DIR
 # sets the environment of every process they start:
 # - DIR not empty: JAX's persistent compilation cache in DIR, so a program compiled once (an SFT or
@@ -10,7 +10,8 @@
 #   XLA:CPU maps each execution's temporary buffers afresh (~860 MB for the main job's SFT
 #   step), and the kernel faults them in 2 MiB at a time instead of 4 KiB (209,000 minor faults
 #   a step become ~900; benchmarks/README.md `## hugepages`). Numerics are unchanged; kept
-#   with any tunables of your own.
+#   with any tunables of your own. Not for the test suite: its long-lived xdist workers ran
+#   it no faster (and perhaps slower) on 2026-12-07.
 if [ -n "${1:-}" ]; then
   export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR-$1}"
   export JAX_COMPILATION_CACHE_MAX_SIZE="${JAX_COMPILATION_CACHE_MAX_SIZE:-4294967296}"

@@ -11,7 +11,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
-source scripts/job_env.sh ""  # huge pages for XLA's buffers; no compilation cache
 venv="${CARR_JAX_VENV:-.venv}"
 log="$(mktemp)"
 
