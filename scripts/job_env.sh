@@ -1,9 +1,9 @@
 # Sourced by the runners (demo.sh, run_lanes.sh, page_swap_report.sh):
 #   source scripts/job_env.sh DIR
 # sets the environment of every process they start:
-# - DIR not empty: JAX's persistent compilation cache in DIR, so a program compiled once (an SFT or
-#   RL step of one packed shape, the engine's generation at one batch shape) is loaded from
-#   disk by every later stage, method and world of the experiment instead of compiled again. A
+# - DIR not empty: JAX's persistent compilation cache in DIR, so a program compiled once (an
+#   SFT or RL step of one packed shape, the engine's generation at one batch shape) is loaded
+#   from disk by every later stage, method and world of the experiment, not compiled again. A
 #   size cap (4 GiB) turns on the cache's file lock, so two lanes read and write it safely. A
 #   JAX_COMPILATION_CACHE_DIR of your own wins; "" turns it off.
 # - glibc's malloc asks for transparent huge pages (GLIBC_TUNABLES glibc.malloc.hugetlb=1):
