@@ -27,11 +27,11 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 
-from common import REPO, run_trainer
+from common import REPO, run_sides, run_trainer
 
 sys.path.insert(0, REPO)
 
@@ -48,34 +48,29 @@ def sft_side(steps: int) -> dict:
   from carr_jax.coldstart.step import make_batch
   from carr_jax.jobs.sft_train import SFTTrainer
   from lab.configs import lookup_cpu
-  import tempfile
   config = lookup_cpu.get_config("sft")
   config.checkpoint.every = 10**9
   trainer = SFTTrainer(config, tempfile.mkdtemp(prefix="bench_hugepages_"))
   batch, _ = make_batch(trainer.loader.next(), trainer.pack_cfg,
                         trainer.pack_cfg.loss_positions_multiple, trainer.step_cfg.vocab)
-  times, losses = [], []
-  for i in range(steps + 2):
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    start = time.perf_counter()
+  def step() -> float:  # one step's loss
     trainer.state, out = trainer.step(trainer.state, batch)
-    losses.append(float(jax.block_until_ready(out["loss"])))
-    if i == 2:
-      first_faults = faults
-    if i >= 2:
-      times.append(time.perf_counter() - start)
+    return float(jax.block_until_ready(out["loss"]))
+
+  losses = [step(), step()]  # warm-up: compiles
+  times = []
+  first_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+  for _ in range(steps):
+    start = time.perf_counter()
+    losses.append(step())
+    times.append(time.perf_counter() - start)
   faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - first_faults) / steps
   return {"step_s": statistics.median(times), "faults": faults, "loss": losses}
 
 
 def run_sft(tunables: str, steps: int) -> dict:
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "GLIBC_TUNABLES": tunables}
-  env.pop("XLA_FLAGS", None)
-  out = subprocess.run([sys.executable, __file__, "--side", "sft", "--steps", str(steps)],
-                       capture_output=True, text=True, env=env, cwd=REPO)
-  if out.returncode != 0:
-    raise RuntimeError(f"sft side failed:\n{out.stderr[-3000:]}")
-  return json.loads(out.stdout.strip().splitlines()[-1])
+  return run_sides(__file__, ["sft"], ["--steps", str(steps)],
+                   env={"GLIBC_TUNABLES": tunables})["sft"]
 
 
 def run_rl(tunables: str, steps: int, init_dir: str) -> dict:

@@ -26,12 +26,14 @@ def peak_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_sides(script: str, sides: list[str], argv: list[str]) -> dict[str, dict]:
-  """Runs `script --side S argv...` for each side; returns {side: parsed JSON result}."""
+def run_sides(script: str, sides: list[str], argv: list[str],
+              env: dict[str, str] | None = None) -> dict[str, dict]:
+  """Runs `script --side S argv...` for each side, with extra environment `env`; returns
+  {side: parsed JSON result}."""
   results = {}
   for side in sides:
     out = subprocess.run([sys.executable, script, "--side", side] + argv, capture_output=True,
-                         text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+                         text=True, env={**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})})
     if out.returncode != 0:
       raise RuntimeError(f"side {side} failed:\n{out.stderr[-3000:]}")
     results[side] = json.loads(out.stdout.strip().splitlines()[-1])
