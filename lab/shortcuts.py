@@ -2,13 +2,16 @@
 
     python -m lab.shortcut_report OUT_DIR [--wall-s S] [--methods grpo,cgrpo,...]
     python -m lab.shortcut_report --from docs/data/<table>.json [--plot PATH]
+    python -m lab.shortcut_report --from A.json --from B.json --save MERGED.json
 
 reads OUT_DIR/<method>_w<world>_seed<k>/ (or <method>_seed<k>/: world 0; each a
 `carr_jax.train` workdir: TensorBoard events in tb/, held-out evaluations in
 eval/step_<N>.json, the page-swap probe's page_swap/ and page_swap_start/) for every method of
 `--methods` (default grpo, cgrpo; names in `METHODS`), the same (world, seed) pairs for each,
 and writes OUT_DIR/summary.json, OUT_DIR/table.md and OUT_DIR/shortcuts.png. With `--from` it
-prints the table (and draws the plot) of a summary.json written before.
+prints the table (and draws the plot) of a summary.json written before; given several, it
+merges them first (`merge`: the same methods, disjoint (world, seed) pairs, such as a world
+run later or on another machine) and `--save` writes the merged summary.
 `scripts/reproduce_shortcuts.sh` (GRPO vs C-GRPO) and `scripts/reproduce_chains.sh` (with the
 ablations) run it last.
 
@@ -280,6 +283,28 @@ def read_summary(path: str) -> dict[str, Any]:
   if missing:
     raise ValueError(f"{path}: not a comparison summary (no {', '.join(missing)})")
   return summary
+
+
+def merge(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+  """One summary of several with the same methods over disjoint (world, seed) pairs: every
+  per-method list and run concatenated in the given order; the wall time is the sum when
+  every part states one, else None."""
+  methods = summaries[0]["methods"]
+  if any(s["methods"] != methods for s in summaries):
+    raise ValueError(f"summaries to merge need the same methods, got "
+                     f"{[s['methods'] for s in summaries]}")
+  pairs = [(w, k) for s in summaries
+           for w, k in zip(s.get("world_seeds", [0] * len(s["seeds"])), s["seeds"])]
+  if len(set(pairs)) != len(pairs):
+    raise ValueError(f"summaries to merge share a (world, seed) pair: {pairs}")
+  walls = [s.get("wall_time_s") for s in summaries]
+  out: dict[str, Any] = {"world_seeds": [w for w, _ in pairs], "seeds": [k for _, k in pairs],
+                         "wall_time_s": None if None in walls else sum(walls),
+                         "methods": list(methods)}
+  for m in methods:
+    keys = [k for k in summaries[0][m] if all(k in s[m] for s in summaries)]
+    out[m] = {k: [v for s in summaries for v in s[m][k]] for k in keys}
+  return out
 
 
 def plot(summary: dict[str, Any], path: str) -> None:

@@ -208,6 +208,38 @@ def test_worlds_evidence_only_lead_page_swap_and_from(tmp_path, capsys):
   assert report_cli.main([]) == 2  # neither runs nor --from
 
 
+def test_merged_summaries_equal_the_joint_one(tmp_path, capsys):
+  """Each world summarized in its own directory, then merged by `--from A --from B --save`:
+  the same summary as the two worlds' runs summarized together (lists in the order given);
+  a shared (world, seed) pair or other methods are refused."""
+  flags = [True, False]
+  for world in (0, 1):
+    for root in (tmp_path / "joint", tmp_path / f"w{world}"):
+      _evaluated(str(root / f"grpo_w{world}_seed{world}"), [1.0, 0.0], flags,
+                 {"follow_plain": 0.5, "follow_evidence_only": 0.5})
+      _evaluated(str(root / f"cgrpo_w{world}_seed{world}"), [1.0, 0.5 + world / 2], flags,
+                 {"follow_plain": 1.0, "follow_evidence_only": 0.25 * world})
+  joint = shortcut_report.write_report(str(tmp_path / "joint"), 9.0)  # = 4 + 5 below
+  parts = [str(tmp_path / f"w{w}" / "summary.json") for w in (0, 1)]
+  for w, part in enumerate(parts):
+    shortcut_report.write_report(os.path.dirname(part), 4.0 + w)
+  capsys.readouterr()
+  merged = tmp_path / "merged.json"
+  assert report_cli.main(["--from", parts[0], "--from", parts[1], "--save", str(merged)]) == 0
+  assert capsys.readouterr().out == (tmp_path / "joint" / "table.md").read_text()
+  with open(merged) as f:
+    got = json.load(f)
+  assert got["cgrpo"]["evidence_only_vs_first"] == [0.5, 1.0]
+  assert json.dumps(got, sort_keys=True) == json.dumps(json.loads(json.dumps(joint)),
+                                                       sort_keys=True)
+  with pytest.raises(ValueError, match="share a"):
+    shortcut_report.merge([got, shortcut_report.read_summary(parts[1])])
+  other = dict(got, methods=["cgrpo"])
+  with pytest.raises(ValueError, match="same methods"):
+    shortcut_report.merge([got, other])
+  assert report_cli.main(["--from", parts[0], "--from", parts[0]]) == 2
+
+
 def test_an_evaluation_without_flags_has_no_evidence_only_split():
   with pytest.raises(ValueError, match="no evidence-only split"):
     shortcut_report.evidence_only([1.0, 0.0], [])
