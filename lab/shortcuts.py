@@ -287,8 +287,8 @@ def read_summary(path: str) -> dict[str, Any]:
 
 def merge(summaries: list[dict[str, Any]]) -> dict[str, Any]:
   """One summary of several with the same methods over disjoint (world, seed) pairs: every
-  per-method list and run concatenated in the given order; the wall time is the sum when
-  every part states one, else None."""
+  per-method list and run concatenated in the given order (a metric some part lacks, being
+  older, is left out); the wall time is the sum when every part states one, else None."""
   methods = summaries[0]["methods"]
   if any(s["methods"] != methods for s in summaries):
     raise ValueError(f"summaries to merge need the same methods, got "
