@@ -31,6 +31,7 @@ import sys
 import numpy as np
 
 from carr_jax.runs import metrics
+from lab.shortcuts import concat_runs
 
 METHODS = ("replay", "noreplay")
 TAGS = {"rollout_k3": "train/rollout_k3", "rollout_gap": "train/rollout_gap",
@@ -64,16 +65,9 @@ def collect(out_dir: str) -> dict:
 
 
 def merge(results: list[dict]) -> dict:
-  """Several `collect` results -> one, their runs in order; a (world, seed) run twice is an
-  error (it would count one cold start twice)."""
-  runs = [(w, s) for r in results for w, s in zip(r["world_seeds"], r["seeds"])]
-  if len(set(runs)) != len(runs):
-    raise ValueError(f"a (world, seed) run appears in more than one file: {runs}")
-  merged = {"world_seeds": [w for w, _ in runs], "seeds": [s for _, s in runs],
-            "gain_difference": [g for r in results for g in r["gain_difference"]]}
-  for method in METHODS:
-    merged[method] = {k: [v for r in results for v in r[method][k]] for k in results[0][method]}
-  return merged
+  """Several `collect` results -> one, their runs in order (`shortcuts.concat_runs`: a
+  (world, seed) run twice is an error, it would count one cold start twice)."""
+  return concat_runs(results, METHODS, top=("gain_difference",))
 
 
 def table(result: dict) -> str:

@@ -6,7 +6,6 @@ whose docstring documents this command.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -18,9 +17,9 @@ from lab.shortcuts import table, write_report
 def parser() -> argparse.ArgumentParser:
   p = cli.parser("python -m lab.shortcut_report", lib.__doc__.split("\n")[0])
   p.add_argument("out_dir", nargs="?", help="directory holding the <method>_seed<k>/ runs")
-  p.add_argument("--from", dest="summary", action="append", default=None,
+  p.add_argument("--from", dest="summary", nargs="+", default=None,
                  help="print the table of this summary.json instead (docs/data/<table>.json); "
-                      "repeated: of their merge")
+                      "given several, of their merge")
   p.add_argument("--plot", default=None, help="with --from: also draw the plot to this PNG")
   p.add_argument("--save", default=None, help="with --from: also write the (merged) summary")
   p.add_argument("--wall-s", type=float, default=None, help="the comparison's wall time, s")
@@ -38,8 +37,7 @@ def _main(args: argparse.Namespace) -> None:
       if args.plot:
         lib.plot(summary, args.plot)
       if args.save:
-        with open(args.save, "w", encoding="utf-8") as f:
-          json.dump(summary, f, indent=1)
+        lib.write_summary(summary, args.save)
     except (OSError, ValueError, KeyError) as e:
       raise cli.UsageError(f"{', '.join(args.summary)}: {e}") from e
     print(table(summary), end="")

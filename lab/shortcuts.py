@@ -2,7 +2,7 @@
 
     python -m lab.shortcut_report OUT_DIR [--wall-s S] [--methods grpo,cgrpo,...]
     python -m lab.shortcut_report --from docs/data/<table>.json [--plot PATH]
-    python -m lab.shortcut_report --from A.json --from B.json --save MERGED.json
+    python -m lab.shortcut_report --from A.json B.json --save MERGED.json
 
 reads OUT_DIR/<method>_w<world>_seed<k>/ (or <method>_seed<k>/: world 0; each a
 `carr_jax.train` workdir: TensorBoard events in tb/, held-out evaluations in
@@ -260,9 +260,7 @@ def table(summary: dict[str, Any]) -> str:
   """Markdown: one row per metric, per method the mean +- s.e. over runs and the values, in
   the order of the (world, seed) pairs the header names; rubric readouts say so."""
   methods = summary["methods"]
-  pairs = ", ".join(f"w{w}/s{s}" for w, s in zip(summary.get("world_seeds", [0] *
-                                                             len(summary["seeds"])),
-                                                  summary["seeds"]))
+  pairs = ", ".join(f"w{w}/s{s}" for w, s in run_pairs(summary))
   rows = [f"| metric (runs: {pairs}) | " + " | ".join(METHODS[m] for m in methods) + " |",
           "|---" * (len(methods) + 1) + "|"]
   for k in SUMMARY_KEYS:
@@ -285,26 +283,48 @@ def read_summary(path: str) -> dict[str, Any]:
   return summary
 
 
+def run_pairs(summary: dict[str, Any]) -> list[tuple[int, int]]:
+  """[(world seed, seed)] of a summary's runs (one without world seeds: world 0)."""
+  return list(zip(summary.get("world_seeds", [0] * len(summary["seeds"])), summary["seeds"]))
+
+
+def concat_runs(parts: list[dict[str, Any]], methods, top: tuple[str, ...] = ()
+                ) -> dict[str, Any]:
+  """Several reports over disjoint (world, seed) runs -> one: world_seeds and seeds, each
+  method's per-run lists and the `top` per-run lists concatenated in the given order. A run in
+  two parts (it would count one cold start twice) or a method whose metrics differ between
+  parts is a ValueError."""
+  pairs = [p for part in parts for p in run_pairs(part)]
+  if len(set(pairs)) != len(pairs):
+    raise ValueError(f"a (world, seed) run appears in more than one part: {pairs}")
+  out: dict[str, Any] = {"world_seeds": [w for w, _ in pairs], "seeds": [k for _, k in pairs]}
+  for m in methods:
+    keys = [sorted(part[m]) for part in parts]
+    if any(k != keys[0] for k in keys):
+      raise ValueError(f"method {m!r} has other metrics in some part: {keys}")
+    out[m] = {k: [v for part in parts for v in part[m][k]] for k in parts[0][m]}
+  out.update({k: [v for part in parts for v in part[k]] for k in top})
+  return out
+
+
 def merge(summaries: list[dict[str, Any]]) -> dict[str, Any]:
-  """One summary of several with the same methods over disjoint (world, seed) pairs: every
-  per-method list and run concatenated in the given order (a metric some part lacks, being
-  older, is left out); the wall time is the sum when every part states one, else None."""
+  """Summaries with the same methods over disjoint (world, seed) runs -> one (`concat_runs`);
+  the wall time is the sum when every part states one, else None."""
   methods = summaries[0]["methods"]
   if any(s["methods"] != methods for s in summaries):
     raise ValueError(f"summaries to merge need the same methods, got "
                      f"{[s['methods'] for s in summaries]}")
-  pairs = [(w, k) for s in summaries
-           for w, k in zip(s.get("world_seeds", [0] * len(s["seeds"])), s["seeds"])]
-  if len(set(pairs)) != len(pairs):
-    raise ValueError(f"summaries to merge share a (world, seed) pair: {pairs}")
   walls = [s.get("wall_time_s") for s in summaries]
-  out: dict[str, Any] = {"world_seeds": [w for w, _ in pairs], "seeds": [k for _, k in pairs],
-                         "wall_time_s": None if None in walls else sum(walls),
-                         "methods": list(methods)}
-  for m in methods:
-    keys = [k for k in summaries[0][m] if all(k in s[m] for s in summaries)]
-    out[m] = {k: [v for s in summaries for v in s[m][k]] for k in keys}
-  return out
+  out = concat_runs(summaries, methods)
+  return {"world_seeds": out.pop("world_seeds"), "seeds": out.pop("seeds"),
+          "wall_time_s": None if None in walls else sum(walls), "methods": list(methods),
+          **out}
+
+
+def write_summary(summary: dict[str, Any], path: str) -> None:
+  """summary.json's format (docs/data/<table>.json)."""
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(summary, f, indent=1)
 
 
 def plot(summary: dict[str, Any], path: str) -> None:
@@ -337,8 +357,7 @@ def plot(summary: dict[str, Any], path: str) -> None:
 def write_report(out_dir: str, wall_s: float | None = None,
                  methods=COMPARISON) -> dict[str, Any]:
   summary = summarize(out_dir, wall_s, methods)
-  with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as f:
-    json.dump(summary, f, indent=1)
+  write_summary(summary, os.path.join(out_dir, "summary.json"))
   with open(os.path.join(out_dir, "table.md"), "w", encoding="utf-8") as f:
     f.write(table(summary))
   plot(summary, os.path.join(out_dir, "shortcuts.png"))
