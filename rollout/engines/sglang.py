@@ -37,7 +37,7 @@
   last answered /generate, so a sync right after a rollout failed with a 400 on a loaded
   machine (6 of 30 back-to-back updates on 2 busy cores, sglang 0.5.23).
 
-Log-probs and temperature (checked against HF in tests/rollout/engines/test_sglang_engine.py,
+Log-probs and temperature (checked against HF in tests/rollout/engines/test_sglang_server.py,
 `test_logprobs_are_after_temperature`): sglang 0.5.23 returns log softmax(logits / T) of the
 sampled token, i.e. AFTER temperature scaling and BEFORE top-p/top-k truncation (no
 renormalization over the kept tokens); greedy requests (T = 0) return log_softmax(logits).

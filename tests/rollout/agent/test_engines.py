@@ -247,7 +247,7 @@ def test_engine_stopping_short_without_stop_token_is_engine_limit(fmt, backend, 
 def test_real_sglang_server_episodes(fmt, backend, sglang_server):
   """Tiny random model behind a real SGLang CPU server: structure, and log-probs equal HF's
   log_softmax of the recorded tokens (temperature 1)."""
-  from tests.rollout.engines.test_sglang_engine import hf_logprobs, max_diff
+  from tests.rollout.engines.test_sglang_server import hf_logprobs, max_diff
   rec = short_record()
   rcfg = RolloutConfig(max_turn_tokens=24, max_context_tokens=400, concurrency=3)
   prompt = fmt.prompt_ids(rec["input_messages"], rec["tools"])

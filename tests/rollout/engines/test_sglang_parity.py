@@ -19,7 +19,8 @@ from carr_jax.rl import loss as loss_lib
 from carr_jax.rl import optim
 from carr_jax.rl import train_step as ts
 from rollout.engines.sglang import SGLangEngine
-from tests.rollout.engines.test_sglang_engine import GREEDY, PROMPT
+from tests.rollout.engines.test_sglang_engine import PROMPT
+from tests.rollout.engines.test_sglang_server import GREEDY
 
 
 def our_logprobs(params, cfg, prompt, output):
